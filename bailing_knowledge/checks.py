@@ -1,0 +1,50 @@
+"""System checks: misconfiguration is reported at start-up, not at the first agent call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.db import connections, router
+
+from .conf import SETTINGS_NAME, knowledge_settings
+
+
+@checks.register(checks.Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
+    user = getattr(settings, SETTINGS_NAME, {})
+    if not isinstance(user, dict):
+        return [checks.Error(f"{SETTINGS_NAME} must be a dict.", id="bailing_knowledge.E001")]
+    if not getattr(settings, "SECRET_KEY", ""):
+        errors.append(
+            checks.Error(
+                "SECRET_KEY is empty; knowledge references cannot be signed.",
+                id="bailing_knowledge.E002",
+            )
+        )
+    embedders = knowledge_settings.EMBEDDERS
+    if not isinstance(embedders, dict) or "default" not in embedders:
+        errors.append(
+            checks.Error(
+                f"{SETTINGS_NAME}['EMBEDDERS'] must be a dict with a 'default' alias.",
+                id="bailing_knowledge.E003",
+            )
+        )
+    return errors
+
+
+@checks.register(checks.Tags.database)
+def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Run only when asked for database checks (`migrate`, `check --database default`)."""
+    from .database import database_problems
+
+    errors: list[checks.CheckMessage] = []
+    for alias in databases or ():
+        if not router.allow_migrate(alias, "bailing_knowledge"):
+            continue
+        connection = connections[alias]
+        for problem in database_problems(connection):
+            errors.append(checks.Error(problem, obj=alias, id="bailing_knowledge.E004"))
+    return errors

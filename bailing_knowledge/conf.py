@@ -1,0 +1,78 @@
+"""The `BAILING_KNOWLEDGE` settings dict, read lazily with defaults.
+
+Every attribute is looked up on access, so `override_settings(BAILING_KNOWLEDGE=...)` works in
+tests without reloading modules. Protocol limits are not settings: see `constants.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+SETTINGS_NAME = "BAILING_KNOWLEDGE"
+
+DEFAULTS: dict[str, Any] = {
+    # Lifetime of an agent session issued without an explicit lifetime, in seconds.
+    "SESSION_DEFAULT_LIFETIME": 8 * 3600,
+    # Upper bound for any session lifetime, in seconds.
+    "SESSION_MAX_LIFETIME": 30 * 24 * 3600,
+    # A session's `last_seen_at` is written at most this often, in seconds.
+    "SESSION_LAST_SEEN_INTERVAL": 60,
+    # Path prefix under which the app's URLs are mounted; responses there get `no-store`.
+    "URL_PREFIX": "/agent-api/",
+    # DRF-style rates ("120/min"); None disables that throttle.
+    "THROTTLE_RATES": {"session": "120/min", "client": "600/min"},
+    # Cache alias used by the throttles.
+    "THROTTLE_CACHE": "default",
+    # Named embedders, configured like CACHES.
+    "EMBEDDERS": {
+        "default": {
+            "BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder",
+            "OPTIONS": {},
+        },
+    },
+}
+
+
+class KnowledgeSettings:
+    """Attribute access to `settings.BAILING_KNOWLEDGE` merged over `DEFAULTS`."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown {SETTINGS_NAME} setting: {name!r}")
+        if name not in self._cache:
+            user = getattr(settings, SETTINGS_NAME, None) or {}
+            if not isinstance(user, dict):
+                raise ImproperlyConfigured(f"{SETTINGS_NAME} must be a dict.")
+            self._cache[name] = user.get(name, DEFAULTS[name])
+        return self._cache[name]
+
+    def import_from(self, dotted_path: str) -> Any:
+        """Import a class named in settings, failing loudly with the setting's name."""
+        try:
+            return import_string(dotted_path)
+        except ImportError as exc:
+            raise ImproperlyConfigured(
+                f"{SETTINGS_NAME}: cannot import {dotted_path!r}: {exc}"
+            ) from exc
+
+    def reload(self) -> None:
+        self._cache.clear()
+
+
+knowledge_settings = KnowledgeSettings()
+
+
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTINGS_NAME:
+        knowledge_settings.reload()
+
+
+setting_changed.connect(_reload)

@@ -1,0 +1,419 @@
+"""The data model: who may call (clients, sessions, routes) and what they may read (KBs, documents, chunks)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from typing import Any
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex, OpClass
+from django.contrib.postgres.search import SearchVectorField
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Cast
+from django.utils import timezone
+from pgvector.django import HnswIndex, VectorField
+
+from . import constants
+
+
+def _public_id(prefix: str) -> str:
+    return prefix + secrets.token_urlsafe(16)
+
+
+def new_session_id() -> str:
+    return _public_id(constants.SESSION_ID_PREFIX)
+
+
+def new_run_id() -> str:
+    return _public_id(constants.RUN_ID_PREFIX)
+
+
+def new_task_id() -> str:
+    return _public_id(constants.TASK_ID_PREFIX)
+
+
+def hash_token(token: str) -> str:
+    """Return the SHA-256 hex digest under which a bearer token is stored and looked up."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def content_hash(title: str, body: str) -> str:
+    """SHA-256 of a document's title and body, length-prefixed so that no two pairs collide."""
+    digest = hashlib.sha256()
+    for part in (title, body):
+        data = part.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _choices_check(field: str, choices: type[models.TextChoices], name: str) -> models.CheckConstraint:
+    return models.CheckConstraint(condition=Q(**{f"{field}__in": choices.values}), name=name)
+
+
+class KnowledgeMode(models.TextChoices):
+    CHUNK = "chunk", "Chunk"
+    DOCUMENT = "document", "Whole document"
+
+
+class DocumentStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    INDEXING = "indexing", "Indexing"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+
+
+class TaskState(models.TextChoices):
+    ACTIVE = "active", "Active"
+    PAUSED = "paused", "Paused"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class RunState(models.TextChoices):
+    PREPARING = "preparing", "Preparing"
+    CONTEXT_READY = "context_ready", "Context ready"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class DeliveryMode(models.TextChoices):
+    LEGACY = "legacy", "Legacy (inline, not negotiated)"
+    INLINE = "inline", "Inline"
+    ON_DEMAND = "on_demand", "On demand"
+
+
+class KnowledgeBase(models.Model):
+    """A named set of documents that routes expose; admins toggle it with `enabled`."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+    embedder = models.CharField(
+        max_length=64,
+        default="default",
+        help_text="Alias of an embedder in BAILING_KNOWLEDGE['EMBEDDERS'].",
+    )
+    tenant = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text="When set, only sessions whose principal belongs to this tenant see the KB.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+        verbose_name = "knowledge base"
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Route(models.Model):
+    """A workspace agents address by `route_key`, with its knowledge settings."""
+
+    Mode = KnowledgeMode
+
+    route_key = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    enabled = models.BooleanField(default=True)
+    allowed_audiences = ArrayField(
+        models.CharField(max_length=64),
+        default=list,
+        blank=True,
+        help_text="Principal audiences admitted to this route; empty admits every audience.",
+    )
+    agent_client_enabled = models.BooleanField(
+        default=True,
+        verbose_name="agent client runtime enabled",
+        help_text="The route's switch for the Agent Client runtime (agent_client.enabled).",
+    )
+    knowledge_enabled = models.BooleanField(default=True)
+    knowledge_bases = models.ManyToManyField(KnowledgeBase, related_name="routes", blank=True)
+    top_k = models.PositiveSmallIntegerField(
+        default=5, validators=[MinValueValidator(1), MaxValueValidator(50)]
+    )
+    min_score = models.FloatField(
+        default=0.0, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
+    )
+    max_docs = models.PositiveSmallIntegerField(
+        default=3, validators=[MinValueValidator(1), MaxValueValidator(20)]
+    )
+    knowledge_mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.CHUNK)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["route_key"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(top_k__gte=1, top_k__lte=50), name="bk_route_top_k_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_docs__gte=1, max_docs__lte=20), name="bk_route_max_docs_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(min_score__gte=0.0, min_score__lte=1.0),
+                name="bk_route_min_score_range",
+            ),
+            _choices_check("knowledge_mode", KnowledgeMode, "bk_route_knowledge_mode_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.route_key
+
+    def knowledge_configuration(self) -> dict[str, Any]:
+        """The inputs of `knowledge_scope_revision`: KB set and state, retrieval settings."""
+        kbs = sorted(self.knowledge_bases.all(), key=lambda kb: kb.pk)
+        return {
+            "enabled": self.knowledge_enabled,
+            "top_k": self.top_k,
+            "min_score": float(self.min_score),
+            "max_docs": self.max_docs,
+            "mode": self.knowledge_mode,
+            "knowledge_bases": [
+                [kb.pk, kb.slug, kb.enabled, kb.embedder, kb.tenant] for kb in kbs
+            ],
+        }
+
+    @property
+    def knowledge_scope_revision(self) -> str:
+        """A stable hash that changes exactly when the knowledge configuration changes."""
+        canonical = json.dumps(
+            self.knowledge_configuration(), sort_keys=True, separators=(",", ":")
+        )
+        return "ksr_" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+
+
+class Client(models.Model):
+    """A registered agent application, identified by its public `app_id`."""
+
+    app_id = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    enabled = models.BooleanField(default=True)
+    allowed_routes = models.ManyToManyField(Route, related_name="clients", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["app_id"]
+        verbose_name = "agent client"
+
+    def __str__(self) -> str:
+        return self.app_id
+
+
+class AgentSession(models.Model):
+    """One authorization of a client for one business principal, reached by a bearer token.
+
+    The token itself is never stored: only its SHA-256 (`token_hash`) and a short,
+    non-secret `token_hint` that helps an admin tell sessions apart.
+    """
+
+    session_id = models.CharField(max_length=64, unique=True, default=new_session_id, editable=False)
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="sessions")
+    principal_id = models.CharField(max_length=200)
+    principal_tenant = models.CharField(max_length=128, blank=True)
+    principal_roles = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    principal_audience = models.CharField(max_length=64, blank=True)
+    on_behalf_of = models.CharField(max_length=200, blank=True)
+    allowed_routes = models.ManyToManyField(Route, related_name="agent_sessions", blank=True)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_hint = models.CharField(max_length=16, editable=False)
+    device_label = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "agent session"
+        indexes = [models.Index(fields=["client", "principal_id"], name="bk_session_principal")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(expires_at__gt=models.F("created_at")),
+                name="bk_session_expires_after_created",
+            ),
+            models.CheckConstraint(
+                condition=Q(token_hash__regex=r"^[0-9a-f]{64}$"), name="bk_session_token_hash_sha256"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} ({self.principal_id})"
+
+    @property
+    def principal(self) -> dict[str, Any]:
+        return {
+            "id": self.principal_id,
+            "tenant": self.principal_tenant,
+            "roles": list(self.principal_roles),
+            "audience": self.principal_audience,
+        }
+
+    def is_active(self, now: Any = None) -> bool:
+        now = now or timezone.now()
+        return self.revoked_at is None and self.expires_at > now
+
+
+class Document(models.Model):
+    """A source text in a KB; `revision` grows on every change of title or body."""
+
+    Status = DocumentStatus
+
+    knowledge_base = models.ForeignKey(
+        KnowledgeBase, on_delete=models.CASCADE, related_name="documents"
+    )
+    source_key = models.CharField(max_length=512)
+    title = models.CharField(max_length=500)
+    body = models.TextField()
+    metadata = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    revision = models.PositiveIntegerField(default=1)
+    content_hash = models.CharField(max_length=64)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["knowledge_base", "source_key"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["knowledge_base", "source_key"], name="bk_document_kb_source_key_unique"
+            ),
+            _choices_check("status", DocumentStatus, "bk_document_status_valid"),
+            models.CheckConstraint(condition=Q(revision__gte=1), name="bk_document_revision_gte_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.knowledge_base_id}:{self.source_key}"
+
+
+class Chunk(models.Model):
+    """A piece of one document revision, with its vector and lexical index entries.
+
+    `text == document.body[start:end]` for the revision the chunk was cut from.
+    """
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    knowledge_base = models.ForeignKey(
+        KnowledgeBase, on_delete=models.CASCADE, related_name="chunks"
+    )
+    revision = models.PositiveIntegerField()
+    ordinal = models.PositiveIntegerField()
+    start = models.PositiveIntegerField()
+    end = models.PositiveIntegerField()
+    text = models.TextField()
+    text_hash = models.CharField(max_length=64)
+    embedding = VectorField(null=True, blank=True, editable=False)
+    embedding_dimensions = models.PositiveSmallIntegerField(null=True, blank=True, editable=False)
+    search_vector = SearchVectorField(null=True, editable=False)
+
+    class Meta:
+        ordering = ["document", "revision", "ordinal"]
+        indexes = [
+            models.Index(fields=["document", "revision"], name="bk_chunk_doc_revision"),
+            HnswIndex(
+                OpClass(
+                    Cast(
+                        "embedding",
+                        VectorField(dimensions=constants.INDEXED_EMBEDDING_DIMENSIONS),
+                    ),
+                    name="vector_cosine_ops",
+                ),
+                name="bk_chunk_embedding_hnsw_384",
+                m=16,
+                ef_construction=64,
+                condition=Q(embedding_dimensions=constants.INDEXED_EMBEDDING_DIMENSIONS),
+            ),
+            GinIndex(fields=["search_vector"], name="bk_chunk_search_vector_gin"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["document", "revision", "ordinal"], name="bk_chunk_position_unique"
+            ),
+            models.CheckConstraint(condition=Q(end__gte=models.F("start")), name="bk_chunk_span_valid"),
+            models.CheckConstraint(
+                condition=Q(embedding__isnull=True) | Q(embedding_dimensions__isnull=False),
+                name="bk_chunk_embedding_dimensions_set",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document_id}@{self.revision}#{self.ordinal}"
+
+
+class Task(models.Model):
+    """An admin-managed task; runs bound to it follow its state on every call."""
+
+    State = TaskState
+
+    task_id = models.CharField(max_length=64, unique=True, default=new_task_id, editable=False)
+    title = models.CharField(max_length=200)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
+    members = models.ManyToManyField(AgentSession, related_name="tasks", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [_choices_check("state", TaskState, "bk_task_state_valid")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} ({self.title})"
+
+
+class Run(models.Model):
+    """One agent turn in a route, owned by one session, client and route."""
+
+    State = RunState
+    Delivery = DeliveryMode
+
+    run_id = models.CharField(max_length=64, unique=True, default=new_run_id, editable=False)
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="runs")
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="runs")
+    route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="runs")
+    task = models.ForeignKey(
+        Task, on_delete=models.PROTECT, related_name="runs", null=True, blank=True
+    )
+    client_conversation_id = models.CharField(max_length=200)
+    client_turn_id = models.CharField(max_length=200)
+    user_message_id = models.CharField(max_length=200)
+    request_hash = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PREPARING)
+    delivery_mode = models.CharField(
+        max_length=16, choices=Delivery.choices, default=Delivery.LEGACY
+    )
+    context = models.JSONField(default=dict, blank=True)
+    completion_hash = models.CharField(max_length=64, blank=True)
+    completion = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=[
+                    "session",
+                    "route",
+                    "client_conversation_id",
+                    "client_turn_id",
+                    "user_message_id",
+                ],
+                name="bk_run_turn_unique",
+            ),
+            _choices_check("state", RunState, "bk_run_state_valid"),
+            _choices_check("delivery_mode", DeliveryMode, "bk_run_delivery_mode_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.run_id

@@ -1,0 +1,78 @@
+"""Settings of the example project: a host system that mounts bailing_knowledge.
+
+SECRET_KEY and DATABASE_URL come from the environment. Without DATABASE_URL the project
+starts the embedded PostgreSQL (with pgvector) in `.data/postgres` at the repository root.
+"""
+
+import os
+from pathlib import Path
+
+from bailing_knowledge.embedded import database_settings, database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = BASE_DIR.parent
+
+# The development default is flagged by the `demo.W001` system check.
+DEVELOPMENT_SECRET_KEY = "django-insecure-bailing-knowledge-example-development-only"
+SECRET_KEY = os.environ.get("SECRET_KEY") or DEVELOPMENT_SECRET_KEY
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "bailing_knowledge",
+    "demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "example.urls"
+WSGI_APPLICATION = "example.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# Persistent connections with health checks: opening a connection per request costs more
+# than the whole knowledge query.
+DATABASES = {
+    "default": database_settings(
+        database_url(REPO_DIR / ".data" / "postgres"),
+        CONN_MAX_AGE=60,
+        CONN_HEALTH_CHECKS=True,
+    )
+}
+DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+STATIC_URL = "/static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+BAILING_KNOWLEDGE: dict = {}

@@ -1,0 +1,168 @@
+"""Database constraints and derived model state."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from bailing_knowledge import services
+from bailing_knowledge.models import (
+    AgentSession,
+    Chunk,
+    Document,
+    KnowledgeBase,
+    Route,
+    Run,
+    Task,
+    content_hash,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def _violates(callable_):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        callable_()
+
+
+def _document(kb, key="a.md", **kwargs):
+    return Document.objects.create(
+        knowledge_base=kb,
+        source_key=key,
+        title="A",
+        body="Body",
+        content_hash=content_hash("A", "Body"),
+        **kwargs,
+    )
+
+
+def test_vector_extension_is_installed():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        version = cursor.fetchone()[0]
+    assert tuple(int(p) for p in version.split(".")[:2]) >= (0, 7)
+
+
+def test_slugs_and_keys_are_unique(kb, route, agent_client):
+    _violates(lambda: KnowledgeBase.objects.create(slug=kb.slug, title="dup"))
+    _violates(lambda: Route.objects.create(route_key=route.route_key))
+    _violates(lambda: type(agent_client).objects.create(app_id=agent_client.app_id))
+
+
+def test_token_hash_is_unique_and_must_be_sha256(issued, agent_client):
+    now = timezone.now()
+    base = dict(client=agent_client, principal_id="p", expires_at=now + timedelta(hours=1))
+    _violates(lambda: AgentSession.objects.create(token_hash=issued.session.token_hash, **base))
+    _violates(lambda: AgentSession.objects.create(token_hash="not-a-hash", **base))
+
+
+def test_session_must_expire_after_creation(agent_client):
+    now = timezone.now()
+    _violates(
+        lambda: AgentSession.objects.create(
+            client=agent_client,
+            principal_id="p",
+            token_hash="0" * 64,
+            created_at=now,
+            expires_at=now - timedelta(seconds=1),
+        )
+    )
+
+
+def test_document_source_key_is_unique_per_kb(kb):
+    _document(kb)
+    _violates(lambda: _document(kb))
+    other = services.create_knowledge_base("other")
+    assert _document(other).source_key == "a.md"
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [(Document, "status"), (Task, "state")],
+)
+def test_state_columns_reject_unknown_values(model, field, kb):
+    table = model._meta.db_table
+    column = model._meta.get_field(field).column
+    row = _document(kb) if model is Document else Task.objects.create(title="t")
+    with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f'UPDATE "{table}" SET "{column}" = %s WHERE id = %s', ["bogus", row.pk])
+
+
+def test_run_constraints(issued, route, agent_client):
+    fields = dict(
+        session=issued.session,
+        client=agent_client,
+        route=route,
+        client_conversation_id="c",
+        client_turn_id="t",
+        user_message_id="m",
+        request_hash="0" * 64,
+    )
+    Run.objects.create(**fields)
+    _violates(lambda: Run.objects.create(**fields))
+    _violates(lambda: Run.objects.create(**{**fields, "client_turn_id": "t2", "state": "bogus"}))
+    _violates(
+        lambda: Run.objects.create(**{**fields, "client_turn_id": "t3", "delivery_mode": "x"})
+    )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"top_k": 0}, {"top_k": 51}, {"max_docs": 0}, {"min_score": -0.1}, {"knowledge_mode": "x"}],
+)
+def test_route_settings_are_range_checked_in_the_database(route, values):
+    _violates(lambda: Route.objects.filter(pk=route.pk).update(**values))
+
+
+def test_chunk_span_and_embedding_dimensions(kb):
+    doc = _document(kb)
+    base = dict(document=doc, knowledge_base=kb, revision=1, text="B", text_hash="0" * 64)
+    _violates(lambda: Chunk.objects.create(ordinal=0, start=3, end=2, **base))
+    _violates(lambda: Chunk.objects.create(ordinal=1, start=0, end=1, embedding=[1, 0, 0], **base))
+    chunk = Chunk.objects.create(
+        ordinal=2, start=0, end=1, embedding=[1, 0, 0], embedding_dimensions=3, **base
+    )
+    assert list(Chunk.objects.get(pk=chunk.pk).embedding) == [1.0, 0.0, 0.0]
+    _violates(lambda: Chunk.objects.create(ordinal=2, start=0, end=1, **base))
+
+
+def test_content_hash_is_length_prefixed():
+    assert content_hash("ab", "c") != content_hash("a", "bc")
+    assert content_hash("a", "b") == content_hash("a", "b")
+
+
+def test_scope_revision_tracks_configuration_not_documents(route, kb):
+    first = route.knowledge_scope_revision
+    assert first == Route.objects.get(pk=route.pk).knowledge_scope_revision
+    _document(kb)
+    assert Route.objects.get(pk=route.pk).knowledge_scope_revision == first
+
+    services.set_knowledge_base_enabled(kb, False)
+    disabled = Route.objects.get(pk=route.pk).knowledge_scope_revision
+    assert disabled != first
+    services.set_knowledge_base_enabled(kb, True)
+    assert Route.objects.get(pk=route.pk).knowledge_scope_revision == first
+
+    services.update_route(route, top_k=7)
+    assert Route.objects.get(pk=route.pk).knowledge_scope_revision != first
+    services.update_route(route, top_k=5)
+    assert Route.objects.get(pk=route.pk).knowledge_scope_revision == first
+
+    extra = services.create_knowledge_base("extra")
+    services.bind_knowledge_bases(route, [extra])
+    assert Route.objects.get(pk=route.pk).knowledge_scope_revision != first
+    services.unbind_knowledge_bases(route, [extra])
+    assert Route.objects.get(pk=route.pk).knowledge_scope_revision == first
+
+
+def test_str_of_every_model(issued, kb, route, agent_client):
+    doc = _document(kb)
+    assert str(kb) == "handbook"
+    assert str(route) == "orders"
+    assert str(agent_client) == "acme-agent"
+    assert issued.session.session_id in str(issued.session)
+    assert "a.md" in str(doc)
+    assert "t" in str(Task.objects.create(title="t"))
