@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.db import connections, router
@@ -17,11 +18,21 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     user = getattr(settings, SETTINGS_NAME, {})
     if not isinstance(user, dict):
         return [checks.Error(f"{SETTINGS_NAME} must be a dict.", id="bailing_knowledge.E001")]
-    if not getattr(settings, "SECRET_KEY", ""):
+    if not apps.is_installed("django.contrib.postgres"):
         errors.append(
             checks.Error(
-                "SECRET_KEY is empty; knowledge references cannot be signed.",
-                id="bailing_knowledge.E002",
+                "'django.contrib.postgres' must be in INSTALLED_APPS.",
+                hint="bailing_knowledge's indexes and full-text lookups rely on it.",
+                id="bailing_knowledge.E005",
+            )
+        )
+    if "bailing_knowledge.middleware.NoStoreMiddleware" not in getattr(settings, "MIDDLEWARE", []):
+        errors.append(
+            checks.Warning(
+                "bailing_knowledge.middleware.NoStoreMiddleware is not in MIDDLEWARE.",
+                hint="Add it so that every answer under the agent API prefix, including "
+                "errors raised outside the app's views, carries Cache-Control: no-store.",
+                id="bailing_knowledge.W001",
             )
         )
     embedders = knowledge_settings.EMBEDDERS
@@ -36,7 +47,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 
 
 @checks.register(checks.Tags.database)
-def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_database(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     """Run only when asked for database checks (`migrate`, `check --database default`)."""
     from .database import database_problems
 

@@ -38,7 +38,7 @@ SIGNING_LABEL_REFERENCE: Final = "bailing_knowledge.reference.v1"
 SIGNING_LABEL_CURSOR: Final = "bailing_knowledge.cursor.v1"
 
 # Bearer tokens: a recognisable prefix (secret scanners can match it) and 256 random bits.
-ACCESS_TOKEN_PREFIX: Final = "bka_"
+ACCESS_TOKEN_PREFIX: Final = "bka_"  # noqa: S105 (a public prefix, not a secret)
 ACCESS_TOKEN_BYTES: Final = 32
 
 # Public identifiers carry a prefix so that logs and support tickets say what they are.

@@ -1,15 +1,17 @@
-"""The data model: who may call (clients, sessions, routes) and what they may read (KBs, documents, chunks)."""
+"""The data model: who may call (clients, sessions, routes) and what they may read (KBs, chunks)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.search import SearchVectorField
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -51,7 +53,9 @@ def content_hash(title: str, body: str) -> str:
     return digest.hexdigest()
 
 
-def _choices_check(field: str, choices: type[models.TextChoices], name: str) -> models.CheckConstraint:
+def _choices_check(
+    field: str, choices: type[models.TextChoices], name: str
+) -> models.CheckConstraint:
     return models.CheckConstraint(condition=Q(**{f"{field}__in": choices.values}), name=name)
 
 
@@ -168,6 +172,10 @@ class Route(models.Model):
     def __str__(self) -> str:
         return self.route_key
 
+    def clean(self) -> None:
+        if not math.isfinite(self.min_score):
+            raise ValidationError({"min_score": "Must be a finite number between 0 and 1."})
+
     def knowledge_configuration(self) -> dict[str, Any]:
         """The inputs of `knowledge_scope_revision`: KB set and state, retrieval settings."""
         kbs = sorted(self.knowledge_bases.all(), key=lambda kb: kb.pk)
@@ -177,9 +185,7 @@ class Route(models.Model):
             "min_score": float(self.min_score),
             "max_docs": self.max_docs,
             "mode": self.knowledge_mode,
-            "knowledge_bases": [
-                [kb.pk, kb.slug, kb.enabled, kb.embedder, kb.tenant] for kb in kbs
-            ],
+            "knowledge_bases": [[kb.pk, kb.slug, kb.enabled, kb.embedder, kb.tenant] for kb in kbs],
         }
 
     @property
@@ -216,7 +222,9 @@ class AgentSession(models.Model):
     non-secret `token_hint` that helps an admin tell sessions apart.
     """
 
-    session_id = models.CharField(max_length=64, unique=True, default=new_session_id, editable=False)
+    session_id = models.CharField(
+        max_length=64, unique=True, default=new_session_id, editable=False
+    )
     client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="sessions")
     principal_id = models.CharField(max_length=200)
     principal_tenant = models.CharField(max_length=128, blank=True)
@@ -242,7 +250,8 @@ class AgentSession(models.Model):
                 name="bk_session_expires_after_created",
             ),
             models.CheckConstraint(
-                condition=Q(token_hash__regex=r"^[0-9a-f]{64}$"), name="bk_session_token_hash_sha256"
+                condition=Q(token_hash__regex=r"^[0-9a-f]{64}$"),  # noqa: S106
+                name="bk_session_token_hash_sha256",
             ),
         ]
 
@@ -339,7 +348,9 @@ class Chunk(models.Model):
             models.UniqueConstraint(
                 fields=["document", "revision", "ordinal"], name="bk_chunk_position_unique"
             ),
-            models.CheckConstraint(condition=Q(end__gte=models.F("start")), name="bk_chunk_span_valid"),
+            models.CheckConstraint(
+                condition=Q(end__gte=models.F("start")), name="bk_chunk_span_valid"
+            ),
             models.CheckConstraint(
                 condition=Q(embedding__isnull=True) | Q(embedding_dimensions__isnull=False),
                 name="bk_chunk_embedding_dimensions_set",

@@ -1,7 +1,20 @@
-"""URLs of the agent knowledge API; mount them with `path("agent-api/v1/", include(...))`."""
+"""URLs of the agent API.
 
-from django.urls import path  # noqa: F401
+Mount them with `path("agent-api/v1/", include("bailing_knowledge.urls"))`.
+"""
+
+from django.urls import path, re_path
+
+from . import views
 
 app_name = "bailing_knowledge"
 
-urlpatterns: list = []
+urlpatterns = [
+    path(
+        "workspaces/<slug:route>/knowledge/capabilities",
+        views.CapabilitiesView.as_view(),
+        name="capabilities",
+    ),
+    # Last: any other path under the prefix is a JSON 404 with `no-store`.
+    re_path(r"^.*$", views.not_found, name="not-found"),
+]

@@ -1,5 +1,6 @@
 """The Python API for every operation; the admin, the CLI and the HTTP views all call it."""
 
+from .capabilities import capabilities, knowledge_available
 from .catalog import (
     bind_knowledge_bases,
     create_client,
@@ -21,6 +22,7 @@ from .sessions import IssuedSession, get_session, issue_session, list_sessions, 
 __all__ = [
     "IssuedSession",
     "bind_knowledge_bases",
+    "capabilities",
     "create_client",
     "create_knowledge_base",
     "create_route",
@@ -29,6 +31,7 @@ __all__ = [
     "get_route",
     "get_session",
     "issue_session",
+    "knowledge_available",
     "list_sessions",
     "revoke_session",
     "set_agent_client_enabled",

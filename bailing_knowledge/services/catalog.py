@@ -217,10 +217,11 @@ def update_client(
     name: str | None = None,
     routes: Iterable[Route | str] | None = None,
 ) -> Client:
-    client = get_client(client)
+    client = Client.objects.select_for_update().get(pk=get_client(client).pk)
     if name is not None:
         client.name = name
-        _save(client)
+        client.full_clean()
+        client.save(update_fields=["name", "updated_at"])
     if routes is not None:
         client.allowed_routes.set(_resolve_all(Route, "route_key", routes))
     return client

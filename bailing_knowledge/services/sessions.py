@@ -49,8 +49,10 @@ def new_access_token() -> str:
 def _lifetime(lifetime: timedelta | int | None) -> timedelta:
     if lifetime is None:
         lifetime = knowledge_settings.SESSION_DEFAULT_LIFETIME
-    if not isinstance(lifetime, timedelta):
-        lifetime = timedelta(seconds=int(lifetime))
+    if isinstance(lifetime, bool) or not isinstance(lifetime, timedelta | int):
+        raise ValidationError({"lifetime": "The lifetime must be whole seconds or a timedelta."})
+    if isinstance(lifetime, int):
+        lifetime = timedelta(seconds=lifetime)
     maximum = timedelta(seconds=knowledge_settings.SESSION_MAX_LIFETIME)
     if lifetime <= timedelta(0):
         raise ValidationError({"lifetime": "The lifetime must be positive."})

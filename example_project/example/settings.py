@@ -32,6 +32,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "bailing_knowledge.middleware.NoStoreMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -76,3 +77,14 @@ STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 BAILING_KNOWLEDGE: dict = {}
+
+# The OpenAPI schema of the agent API, and a browsable UI for it.
+INSTALLED_APPS += ["drf_spectacular"]
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent knowledge API",
+    "DESCRIPTION": "Governed knowledge search and read for AI agents (bailing.agent-knowledge.v1).",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/agent-api/v1",
+}

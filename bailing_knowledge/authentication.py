@@ -1,0 +1,96 @@
+"""Bearer-token authentication of agent sessions.
+
+`Authorization: Bearer <token>` → SHA-256 → session → client, checked on every request with
+one query: nothing is cached between requests, so revoking a session or disabling a client
+takes effect on the very next call.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.request import Request
+
+from . import constants
+from .conf import knowledge_settings
+from .models import AgentSession, Client, hash_token
+
+# The token alphabet and length issued by `services.sessions.new_access_token`: anything
+# else is rejected before the database is asked.
+_TOKEN_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+_MAX_TOKEN_LENGTH = 256
+
+
+class AgentUser:
+    """`request.user` for agent calls: the session's principal, never a Django user."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+    is_superuser = False
+
+    def __init__(self, session: AgentSession) -> None:
+        self.session = session
+
+    @property
+    def client(self) -> Client:
+        return self.session.client
+
+    @property
+    def pk(self) -> str:
+        return self.session.session_id
+
+    def __str__(self) -> str:
+        return f"agent:{self.session.client.app_id}:{self.session.principal_id}"
+
+
+class AgentBearerAuthentication(BaseAuthentication):
+    """Authenticate `Authorization: Bearer <token>`; `request.auth` is the `AgentSession`."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[AgentUser, AgentSession] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword.lower().encode():
+            return None  # not ours: another scheme, or no header at all
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed()
+        try:
+            token = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed() from None
+        return self.authenticate_credentials(token)
+
+    def authenticate_credentials(self, token: str) -> tuple[AgentUser, AgentSession]:
+        if (
+            not token.startswith(constants.ACCESS_TOKEN_PREFIX)
+            or len(token) > _MAX_TOKEN_LENGTH
+            or not _TOKEN_ALPHABET.issuperset(token[len(constants.ACCESS_TOKEN_PREFIX) :])
+        ):
+            raise exceptions.AuthenticationFailed()
+        session = (
+            AgentSession.objects.select_related("client")
+            .filter(token_hash=hash_token(token))
+            .first()
+        )
+        now = timezone.now()
+        if session is None or not session.is_active(now) or not session.client.enabled:
+            raise exceptions.AuthenticationFailed()
+        self._touch(session, now)
+        return AgentUser(session), session
+
+    def _touch(self, session: AgentSession, now: Any) -> None:
+        """Record `last_seen_at` at most once per interval, not on every request."""
+        interval = timedelta(seconds=knowledge_settings.SESSION_LAST_SEEN_INTERVAL)
+        if session.last_seen_at is not None and now - session.last_seen_at < interval:
+            return
+        AgentSession.objects.filter(pk=session.pk).update(last_seen_at=now)
+        session.last_seen_at = now
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{self.keyword} realm="agent-api"'

@@ -1,0 +1,45 @@
+"""`no-store` and JSON errors for everything under the agent API prefix.
+
+The app's views already set `Cache-Control: no-store`; this middleware also covers answers
+produced outside them (a host middleware's redirect or failure, Django's own 500 page), so
+no agent response can ever be cached. Install it near the top of `MIDDLEWARE`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from .conf import knowledge_settings
+from .exceptions import InternalError, KnowledgeUnavailable, error_body
+
+logger = logging.getLogger("bailing_knowledge")
+
+
+class NoStoreMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def _ours(self, request: HttpRequest) -> bool:
+        return request.path.startswith(knowledge_settings.URL_PREFIX)
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if self._ours(request):
+            response["Cache-Control"] = "no-store"
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        """Replace Django's HTML error page with the JSON error envelope under the prefix."""
+        if not self._ours(request):
+            return None
+        error = KnowledgeUnavailable if isinstance(exception, DatabaseError) else InternalError
+        logger.error("Unhandled error under the agent API", exc_info=exception)
+        response = JsonResponse(error_body(error), status=error.status_code)
+        for header, value in error.headers.items():
+            response[header] = value
+        response["Cache-Control"] = "no-store"
+        return response

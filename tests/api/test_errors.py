@@ -1,0 +1,110 @@
+"""The error contract: envelope, no-store everywhere, JSON only, quiet failures."""
+
+from __future__ import annotations
+
+import json
+from unittest import mock
+
+import pytest
+from django.db import OperationalError
+
+from .conftest import assert_error
+
+pytestmark = pytest.mark.django_db
+
+URL = "/workspaces/orders/knowledge/capabilities"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/nope",
+        "/workspaces/orders/knowledge/unknown",
+        "/workspaces/orders/knowledge/capabilities/",
+        "/workspaces/bad route/knowledge/capabilities",
+        "/",
+    ],
+)
+def test_unknown_paths_are_json_404_with_no_store(anonymous, path):
+    assert_error(anonymous.get(path), 404, "not_found")
+
+
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
+def test_wrong_method_is_json_405_with_no_store(agent, route, method):
+    response = agent.call(method, URL, {"x": 1})
+    assert_error(response, 405, "method_not_allowed")
+    assert "GET" in response["Allow"]
+
+
+def test_wrong_method_without_token_is_401_not_405(anonymous, route):
+    assert_error(anonymous.post(URL, {}), 401, "unauthorized")
+
+
+def test_accept_header_cannot_change_the_format(agent, route):
+    plain = agent.get(URL)
+    for accept in ["application/json; indent=8", "text/html", "application/xml", "*/*"]:
+        response = agent.get(URL, headers={"Accept": accept})
+        assert response.status_code == 200
+        assert response["Content-Type"] == "application/json"
+        assert response.content == plain.content
+
+
+def test_throttle_answers_429_with_retry_after(agent, issued, route, settings):
+    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {"session": "2/min", "client": None}}
+    from django.core.cache import cache
+
+    cache.clear()
+    assert agent.get(URL).status_code == 200
+    assert agent.get(URL).status_code == 200
+    response = agent.get(URL)
+    assert_error(response, 429, "rate_limited", issued.access_token)
+    assert int(response["Retry-After"]) >= 1
+
+
+def test_client_throttle_counts_all_sessions_of_the_client(agent, route, settings, agent_client):
+    from bailing_knowledge import services
+
+    from .conftest import AgentCaller
+
+    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {"session": None, "client": "1/min"}}
+    from django.core.cache import cache
+
+    cache.clear()
+    other = services.issue_session(agent_client, principal_id="user-2", routes=[route])
+    assert agent.get(URL).status_code == 200
+    assert_error(AgentCaller(other.access_token).get(URL), 429, "rate_limited")
+
+
+def test_database_failure_is_503_knowledge_unavailable_without_leak(agent, issued, route):
+    secret_sql = "SELECT secret_column FROM hidden_table"
+    with mock.patch(
+        "bailing_knowledge.services.capabilities.knowledge_available",
+        side_effect=OperationalError(secret_sql),
+    ):
+        response = agent.get(URL)
+    body = assert_error(response, 503, "knowledge_unavailable", secret_sql, issued.access_token)
+    assert response["Retry-After"]
+    assert "SELECT" not in json.dumps(body)
+
+
+def test_unexpected_error_is_json_500_without_leak(agent, route):
+    with mock.patch(
+        "bailing_knowledge.services.capabilities.knowledge_available",
+        side_effect=RuntimeError("internal detail /etc/passwd"),
+    ):
+        response = agent.get(URL)
+    assert_error(response, 500, "internal_error", "internal detail", "/etc/passwd")
+
+
+@pytest.mark.urls("tests.api.urls_failing")
+def test_middleware_turns_errors_outside_the_views_into_json(client):
+    """A failure outside the app's views, under its prefix, is still JSON + no-store."""
+    client.raise_request_exception = False
+    assert_error(client.get("/agent-api/v1/db-down"), 503, "knowledge_unavailable", "SELECT")
+    assert_error(client.get("/agent-api/v1/crash"), 500, "internal_error", "/etc/passwd")
+
+
+def test_middleware_leaves_other_paths_alone(client, db):
+    response = client.get("/admin/login/")
+    assert response.status_code == 200
+    assert response.get("Cache-Control", "") != "no-store"

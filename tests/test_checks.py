@@ -1,0 +1,39 @@
+"""System checks report misconfiguration with stable ids."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from bailing_knowledge.checks import check_database, check_settings
+
+pytestmark = pytest.mark.django_db
+
+
+def _ids(messages):
+    return {m.id for m in messages}
+
+
+def test_the_test_settings_pass():
+    assert check_settings() == []
+    assert check_database(databases=["default"]) == []
+
+
+def test_settings_must_be_a_dict():
+    with override_settings(BAILING_KNOWLEDGE=["nope"]):
+        assert "bailing_knowledge.E001" in _ids(check_settings())
+
+
+def test_embedders_need_a_default_alias():
+    with override_settings(BAILING_KNOWLEDGE={"EMBEDDERS": {"other": {}}}):
+        assert "bailing_knowledge.E003" in _ids(check_settings())
+
+
+def test_contrib_postgres_is_required(settings):
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "django.contrib.postgres"]
+    assert "bailing_knowledge.E005" in _ids(check_settings())
+
+
+def test_missing_no_store_middleware_is_a_warning(settings):
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "NoStore" not in m]
+    assert "bailing_knowledge.W001" in _ids(check_settings())
