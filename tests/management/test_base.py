@@ -1,0 +1,121 @@
+"""The helpers the commands share: argument types, error formatting, rendering and help."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.management import call_command
+
+from bailing_knowledge.management.base import (
+    ServiceCommand,
+    finite_float,
+    lifetime,
+    on_off,
+    render_table,
+    text,
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("on", True), ("OFF", False), ("true", True), ("no", False), (" yes ", True)],
+)
+def test_on_off(value, expected):
+    assert on_off(value) is expected
+
+
+@pytest.mark.parametrize("value", ["", "1", "enabled", "of"])
+def test_on_off_rejects_other_words(value):
+    with pytest.raises(argparse.ArgumentTypeError):
+        on_off(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("0", timedelta(0)),
+        ("45", timedelta(seconds=45)),
+        ("45s", timedelta(seconds=45)),
+        ("30m", timedelta(minutes=30)),
+        (" 8H ", timedelta(hours=8)),
+        ("7d", timedelta(days=7)),
+        ("1w", timedelta(weeks=1)),
+    ],
+)
+def test_lifetime(value, expected):
+    assert lifetime(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "h", "1.5h", "-1", "8 hours", "3y", "1h30m"])
+def test_lifetime_rejects_other_forms(value):
+    with pytest.raises(argparse.ArgumentTypeError):
+        lifetime(value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "x"])
+def test_finite_float_rejects_non_numbers(value):
+    with pytest.raises(argparse.ArgumentTypeError):
+        finite_float(value)
+
+
+def test_finite_float():
+    assert finite_float("0.25") == 0.25
+
+
+class _Command(ServiceCommand):
+    field_options = {"top_k": "--top-k"}
+
+
+def test_validation_errors_name_the_option():
+    exc = ValidationError(
+        {
+            "top_k": ["Too small.", "Really."],
+            "slug": "Bad slug.",
+            NON_FIELD_ERRORS: "Whole thing is wrong.",
+        }
+    )
+    lines = _Command().format_validation_error(exc).splitlines()
+    assert sorted(lines) == sorted(
+        ["--top-k: Too small.", "--top-k: Really.", "slug: Bad slug.", "Whole thing is wrong."]
+    )
+
+
+def test_validation_errors_without_fields():
+    exc = ValidationError(["One.", "Two."])
+    assert _Command().format_validation_error(exc) == "One.\nTwo."
+
+
+def test_text_and_table():
+    assert text(True) == "yes"
+    assert text(False) == "no"
+    assert text([]) == "-"
+    assert text("") == "-"
+    assert text(["a", "b"]) == "a, b"
+    assert render_table(["A", "LONG"], [["xyz", 1]]).splitlines() == ["A    LONG", "xyz  1"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("knowledge_base", "create"),
+        ("knowledge_base", "list"),
+        ("knowledge_base", "enable"),
+        ("knowledge_route", "create"),
+        ("knowledge_route", "update"),
+        ("agent_client", "create"),
+        ("agent_client", "update"),
+        ("agent_session", "issue"),
+        ("agent_session", "list"),
+        ("agent_session", "revoke"),
+        ("agent_session",),
+    ],
+)
+def test_help_renders(args, capsys):
+    # argparse prints help to sys.stdout and exits: a malformed help string would raise here.
+    with pytest.raises(SystemExit) as exit_info:
+        call_command(*args, "--help")
+    assert exit_info.value.code == 0
+    assert "--json" in capsys.readouterr().out or len(args) == 1

@@ -1,0 +1,132 @@
+"""`knowledge_base create|list|enable|disable`."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management.base import CommandError
+from django.test import override_settings
+
+from bailing_knowledge.models import KnowledgeBase
+from tests.management import run, run_json
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_with_every_option():
+    data = run_json(
+        "knowledge_base",
+        "create",
+        "policies",
+        "--title",
+        "Policies",
+        "--description",
+        "Company policies",
+        "--tenant",
+        "acme",
+        "--disabled",
+    )
+    assert data["slug"] == "policies"
+    assert data["title"] == "Policies"
+    assert data["enabled"] is False
+    assert data["routes"] == []
+    kb = KnowledgeBase.objects.get(slug="policies")
+    assert (kb.title, kb.description, kb.tenant, kb.embedder, kb.enabled) == (
+        "Policies",
+        "Company policies",
+        "acme",
+        "default",
+        False,
+    )
+
+
+def test_create_text_output_and_defaults():
+    out = run("knowledge_base", "create", "faq")
+    assert "Created knowledge base faq." in out
+    kb = KnowledgeBase.objects.get(slug="faq")
+    assert kb.title == "faq"
+    assert kb.enabled is True
+
+
+@override_settings(
+    BAILING_KNOWLEDGE={
+        "EMBEDDERS": {
+            "default": {"BACKEND": "x.Default"},
+            "multilingual": {"BACKEND": "x.Multilingual"},
+        }
+    }
+)
+def test_create_with_a_configured_embedder():
+    data = run_json("knowledge_base", "create", "docs", "--embedder", "multilingual")
+    assert data["embedder"] == "multilingual"
+    assert KnowledgeBase.objects.get(slug="docs").embedder == "multilingual"
+
+
+def test_create_rejects_an_unknown_embedder():
+    with pytest.raises(CommandError, match=r"--embedder: Unknown embedder 'nope'"):
+        run("knowledge_base", "create", "docs", "--embedder", "nope")
+    assert not KnowledgeBase.objects.filter(slug="docs").exists()
+
+
+def test_create_rejects_a_duplicate_slug(kb):
+    with pytest.raises(CommandError, match=r"slug: .*already exists"):
+        run("knowledge_base", "create", kb.slug)
+    assert KnowledgeBase.objects.count() == 1
+
+
+def test_create_rejects_an_invalid_slug():
+    with pytest.raises(CommandError, match="slug: Enter a valid"):
+        run("knowledge_base", "create", "not a slug!")
+    assert not KnowledgeBase.objects.exists()
+
+
+def test_create_requires_a_slug():
+    with pytest.raises(CommandError, match="required"):
+        run("knowledge_base", "create")
+
+
+def test_a_subcommand_is_required():
+    with pytest.raises(CommandError, match="required"):
+        run("knowledge_base")
+
+
+def test_list(kb, route):
+    run("knowledge_base", "create", "archive", "--disabled")
+    data = run_json("knowledge_base", "list")
+    assert [item["slug"] for item in data] == ["archive", "handbook"]
+    assert data[0]["enabled"] is False
+    assert data[1]["routes"] == [route.route_key]
+
+    out = run("knowledge_base", "list")
+    assert out.splitlines()[0].split() == [
+        "SLUG",
+        "TITLE",
+        "ENABLED",
+        "EMBEDDER",
+        "TENANT",
+        "ROUTES",
+    ]
+    assert "handbook" in out
+    assert "orders" in out
+
+
+def test_list_empty(db):
+    assert run_json("knowledge_base", "list") == []
+    assert "No knowledge bases." in run("knowledge_base", "list")
+
+
+def test_disable_and_enable(kb):
+    data = run_json("knowledge_base", "disable", kb.slug)
+    assert data["enabled"] is False
+    kb.refresh_from_db()
+    assert kb.enabled is False
+
+    out = run("knowledge_base", "enable", kb.slug)
+    assert f"Knowledge base {kb.slug} enabled." in out
+    kb.refresh_from_db()
+    assert kb.enabled is True
+
+
+@pytest.mark.parametrize("subcommand", ["enable", "disable"])
+def test_toggle_rejects_an_unknown_slug(db, subcommand):
+    with pytest.raises(CommandError, match="No knowledge base with slug 'missing'"):
+        run("knowledge_base", subcommand, "missing")
