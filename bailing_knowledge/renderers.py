@@ -13,7 +13,11 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 
 
 class AgentJSONRenderer(JSONRenderer):
-    """Compact UTF-8 JSON, whatever the `Accept` header says."""
+    """Compact UTF-8 JSON, whatever the `Accept` header or the host's DRF settings say."""
+
+    ensure_ascii = False
+    compact = True
+    strict = True
 
     def get_indent(self, accepted_media_type: Any, renderer_context: Any) -> None:
         return None
