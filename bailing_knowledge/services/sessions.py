@@ -51,9 +51,10 @@ def _lifetime(lifetime: timedelta | int | None) -> timedelta:
         lifetime = knowledge_settings.SESSION_DEFAULT_LIFETIME
     if isinstance(lifetime, bool) or not isinstance(lifetime, timedelta | int):
         raise ValidationError({"lifetime": "The lifetime must be whole seconds or a timedelta."})
-    if isinstance(lifetime, int):
-        lifetime = timedelta(seconds=lifetime)
     maximum = timedelta(seconds=knowledge_settings.SESSION_MAX_LIFETIME)
+    if isinstance(lifetime, int):
+        # Clamp first: timedelta overflows on huge integers; the bound check below reports it.
+        lifetime = timedelta(seconds=min(lifetime, int(maximum.total_seconds()) + 1))
     if lifetime <= timedelta(0):
         raise ValidationError({"lifetime": "The lifetime must be positive."})
     if lifetime > maximum:

@@ -1,0 +1,1009 @@
+"""The Django admin for every model of the app.
+
+Every action and the session "add" form call the services in `bailing_knowledge.services`,
+so the admin applies exactly the rules the CLI and the Python API apply. Changelists annotate
+their counts with one subquery each, so a page costs the same number of queries for 1 row
+as for 100.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import model_ngettext
+from django.contrib.admin.widgets import FilteredSelectMultiple
+from django.core.exceptions import NON_FIELD_ERRORS, ObjectDoesNotExist, ValidationError
+from django.db.models import Count, IntegerField, Model, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce, Now
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html
+
+from . import services
+from .conf import knowledge_settings
+from .models import (
+    AgentSession,
+    Chunk,
+    Client,
+    Document,
+    KnowledgeBase,
+    Route,
+    Run,
+    Task,
+)
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _count(queryset: QuerySet, field: str, **filters: Any) -> Coalesce:
+    """A correlated `COUNT(*)` of `queryset` rows whose `field` points at the outer row.
+
+    A subquery per count (rather than `Count()` over joins) keeps several counts on one
+    changelist from multiplying each other's rows.
+    """
+    counted = (
+        queryset.filter(**{field: OuterRef("pk")}, **filters)
+        .order_by()
+        .values(field)
+        .annotate(n=Count("*"))
+        .values("n")
+    )
+    return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
+
+
+def _error_text(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(exc.messages)
+    return str(exc)
+
+
+def _changelist_link(admin_site: admin.AdminSite, model: type[Model], query: str, text: str) -> str:
+    opts = model._meta
+    url = reverse(f"{admin_site.name}:{opts.app_label}_{opts.model_name}_changelist")
+    return format_html('<a href="{}?{}">{}</a>', url, query, text)
+
+
+def _apply_toggle(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet,
+    *,
+    service: Callable[[Any, bool], Any],
+    attr: str,
+    value: bool,
+    label: str,
+    switch: str = "",
+) -> None:
+    """Call `service(obj, value)` on every selected object and summarise the outcome.
+
+    `label` is the past participle shown to the user ("enabled"); `switch` names the
+    setting when it is not the object itself ("the agent client runtime"). Objects that
+    already had the value still go through the service, which is idempotent.
+    """
+    changed = unchanged = 0
+    failures: list[str] = []
+    for obj in queryset:
+        before = getattr(obj, attr)
+        try:
+            service(obj, value)
+        except (ValidationError, ObjectDoesNotExist) as exc:
+            failures.append(f"{obj}: {_error_text(exc)}")
+            continue
+        if before == value:
+            unchanged += 1
+        else:
+            changed += 1
+            what = f"{switch[0].upper()}{switch[1:]} {label}" if switch else label.capitalize()
+            modeladmin.log_change(request, obj, f"{what} by an admin action.")
+    noun = model_ngettext(modeladmin.opts, changed)
+    summary = f"{changed} {noun} with {switch} {label}" if switch else f"{changed} {noun} {label}"
+    if unchanged:
+        summary += f"; {unchanged} already {label}"
+    level = messages.SUCCESS if changed or not failures else messages.WARNING
+    modeladmin.message_user(request, summary + ".", level)
+    if failures:
+        modeladmin.message_user(
+            request,
+            f"{len(failures)} could not be {label}: " + " | ".join(failures),
+            messages.ERROR,
+        )
+
+
+# --------------------------------------------------------------------------- knowledge bases
+
+
+class KnowledgeBaseForm(forms.ModelForm):
+    """Offers the embedders configured in `BAILING_KNOWLEDGE['EMBEDDERS']` as a choice."""
+
+    embedder = forms.ChoiceField(
+        choices=(),
+        help_text="Alias of an embedder in BAILING_KNOWLEDGE['EMBEDDERS'].",
+    )
+
+    class Meta:
+        model = KnowledgeBase
+        fields = ("slug", "title", "description", "enabled", "embedder", "tenant")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        embedders = knowledge_settings.EMBEDDERS
+        aliases = sorted(embedders) if isinstance(embedders, dict) else []
+        self.fields["embedder"].choices = [(alias, alias) for alias in aliases]
+
+
+@admin.register(KnowledgeBase)
+class KnowledgeBaseAdmin(admin.ModelAdmin):
+    form = KnowledgeBaseForm
+    list_display = (
+        "slug",
+        "title",
+        "enabled",
+        "tenant",
+        "embedder",
+        "document_count",
+        "route_count",
+        "updated_at",
+    )
+    list_display_links = ("slug", "title")
+    list_filter = ("enabled", "embedder", "tenant")
+    search_fields = ("slug", "title", "description", "tenant")
+    readonly_fields = ("documents_link", "created_at", "updated_at")
+    prepopulated_fields = {"slug": ("title",)}
+    actions = ("enable_knowledge_bases", "disable_knowledge_bases")
+    fieldsets = (
+        (None, {"fields": ("slug", "title", "description", "enabled")}),
+        ("Retrieval", {"fields": ("embedder", "tenant")}),
+        ("Contents", {"fields": ("documents_link", "created_at", "updated_at")}),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                document_count=_count(Document.objects.all(), "knowledge_base"),
+                route_count=_count(Route.knowledge_bases.through.objects.all(), "knowledgebase"),
+            )
+        )
+
+    @admin.display(description="documents", ordering="document_count")
+    def document_count(self, obj: KnowledgeBase) -> int:
+        return obj.document_count
+
+    @admin.display(description="routes", ordering="route_count")
+    def route_count(self, obj: KnowledgeBase) -> int:
+        return obj.route_count
+
+    @admin.display(description="documents")
+    def documents_link(self, obj: KnowledgeBase) -> str:
+        if obj.pk is None:
+            return "-"
+        return _changelist_link(
+            self.admin_site,
+            Document,
+            f"knowledge_base__id__exact={obj.pk}",
+            f"{obj.document_count} document(s)",
+        )
+
+    @admin.action(description="Enable selected knowledge bases", permissions=["change"])
+    def enable_knowledge_bases(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _apply_toggle(
+            self,
+            request,
+            queryset,
+            service=services.set_knowledge_base_enabled,
+            attr="enabled",
+            value=True,
+            label="enabled",
+        )
+
+    @admin.action(description="Disable selected knowledge bases", permissions=["change"])
+    def disable_knowledge_bases(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _apply_toggle(
+            self,
+            request,
+            queryset,
+            service=services.set_knowledge_base_enabled,
+            attr="enabled",
+            value=False,
+            label="disabled",
+        )
+
+
+# --------------------------------------------------------------------------- routes
+
+
+@admin.register(Route)
+class RouteAdmin(admin.ModelAdmin):
+    list_display = (
+        "route_key",
+        "name",
+        "enabled",
+        "agent_client_enabled",
+        "knowledge_enabled",
+        "knowledge_mode",
+        "top_k",
+        "max_docs",
+        "min_score",
+        "knowledge_base_count",
+        "client_count",
+    )
+    list_display_links = ("route_key", "name")
+    list_filter = ("enabled", "agent_client_enabled", "knowledge_enabled", "knowledge_mode")
+    search_fields = ("route_key", "name", "knowledge_bases__slug")
+    filter_horizontal = ("knowledge_bases",)
+    readonly_fields = ("created_at", "updated_at")
+    actions = (
+        "enable_routes",
+        "disable_routes",
+        "enable_agent_client",
+        "disable_agent_client",
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                knowledge_base_count=_count(Route.knowledge_bases.through.objects.all(), "route"),
+                client_count=_count(Client.allowed_routes.through.objects.all(), "route"),
+            )
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Route | None = None) -> tuple:
+        # The revision hashes the bound KBs (one query): change page only, never per row.
+        if obj is None:
+            return self.readonly_fields
+        return (*self.readonly_fields, "knowledge_scope_revision")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Route | None = None) -> tuple:
+        knowledge: tuple[str, ...] = (
+            "knowledge_enabled",
+            "knowledge_bases",
+            "knowledge_mode",
+            "top_k",
+            "min_score",
+            "max_docs",
+        )
+        fieldsets: list[tuple[str | None, dict[str, Any]]] = [
+            (None, {"fields": ("route_key", "name", "enabled")}),
+            ("Agent access", {"fields": ("allowed_audiences", "agent_client_enabled")}),
+        ]
+        if obj is None:
+            fieldsets.append(("Knowledge", {"fields": knowledge}))
+        else:
+            fieldsets.append(("Knowledge", {"fields": (*knowledge, "knowledge_scope_revision")}))
+            fieldsets.append(("History", {"fields": ("created_at", "updated_at")}))
+        return tuple(fieldsets)
+
+    @admin.display(description="knowledge bases", ordering="knowledge_base_count")
+    def knowledge_base_count(self, obj: Route) -> int:
+        return obj.knowledge_base_count
+
+    @admin.display(description="clients", ordering="client_count")
+    def client_count(self, obj: Route) -> int:
+        return obj.client_count
+
+    @admin.action(description="Enable selected routes", permissions=["change"])
+    def enable_routes(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _apply_toggle(
+            self,
+            request,
+            queryset,
+            service=services.set_route_enabled,
+            attr="enabled",
+            value=True,
+            label="enabled",
+        )
+
+    @admin.action(description="Disable selected routes", permissions=["change"])
+    def disable_routes(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _apply_toggle(
+            self,
+            request,
+            queryset,
+            service=services.set_route_enabled,
+            attr="enabled",
+            value=False,
+            label="disabled",
+        )
+
+    @admin.action(
+        description="Enable the agent client runtime of selected routes", permissions=["change"]
+    )
+    def enable_agent_client(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _apply_toggle(
+            self,
+            request,
+            queryset,
+            service=services.set_agent_client_enabled,
+            attr="agent_client_enabled",
+            value=True,
+            label="enabled",
+            switch="the agent client runtime",
+        )
+
+    @admin.action(
+        description="Disable the agent client runtime of selected routes", permissions=["change"]
+    )
+    def disable_agent_client(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _apply_toggle(
+            self,
+            request,
+            queryset,
+            service=services.set_agent_client_enabled,
+            attr="agent_client_enabled",
+            value=False,
+            label="disabled",
+            switch="the agent client runtime",
+        )
+
+
+# --------------------------------------------------------------------------- clients
+
+
+@admin.register(Client)
+class ClientAdmin(admin.ModelAdmin):
+    list_display = (
+        "app_id",
+        "name",
+        "enabled",
+        "route_count",
+        "active_session_count",
+        "updated_at",
+    )
+    list_display_links = ("app_id", "name")
+    list_filter = ("enabled",)
+    search_fields = ("app_id", "name", "allowed_routes__route_key")
+    filter_horizontal = ("allowed_routes",)
+    readonly_fields = ("sessions_link", "created_at", "updated_at")
+    actions = ("enable_clients", "disable_clients")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                route_count=_count(Client.allowed_routes.through.objects.all(), "client"),
+                active_session_count=_count(
+                    AgentSession.objects.all(),
+                    "client",
+                    revoked_at__isnull=True,
+                    expires_at__gt=Now(),
+                ),
+            )
+        )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Client | None = None) -> tuple:
+        main = (None, {"fields": ("app_id", "name", "enabled", "allowed_routes")})
+        if obj is None:
+            return (main,)
+        return (main, ("Sessions", {"fields": ("sessions_link", "created_at", "updated_at")}))
+
+    @admin.display(description="routes", ordering="route_count")
+    def route_count(self, obj: Client) -> int:
+        return obj.route_count
+
+    @admin.display(description="active sessions", ordering="active_session_count")
+    def active_session_count(self, obj: Client) -> int:
+        return obj.active_session_count
+
+    @admin.display(description="sessions")
+    def sessions_link(self, obj: Client) -> str:
+        if obj.pk is None:
+            return "-"
+        opts = AgentSession._meta
+        add_url = reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_add")
+        return format_html(
+            '{} &middot; <a href="{}?client={}">Issue a session</a>',
+            _changelist_link(
+                self.admin_site,
+                AgentSession,
+                f"client__id__exact={obj.pk}",
+                f"{obj.active_session_count} active session(s)",
+            ),
+            add_url,
+            obj.pk,
+        )
+
+    @admin.action(description="Enable selected agent clients", permissions=["change"])
+    def enable_clients(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _apply_toggle(
+            self,
+            request,
+            queryset,
+            service=services.set_client_enabled,
+            attr="enabled",
+            value=True,
+            label="enabled",
+        )
+
+    @admin.action(description="Disable selected agent clients", permissions=["change"])
+    def disable_clients(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _apply_toggle(
+            self,
+            request,
+            queryset,
+            service=services.set_client_enabled,
+            attr="enabled",
+            value=False,
+            label="disabled",
+        )
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def _seconds(value: timedelta | int) -> int:
+    return int(value.total_seconds()) if isinstance(value, timedelta) else int(value)
+
+
+def _split_list(value: str) -> list[str]:
+    """'a, b' -> ['a', ' b']; blank -> []. The service strips and validates the items."""
+    return value.split(",") if value.strip() else []
+
+
+class IssueSessionForm(forms.ModelForm):
+    """Issues a session through `services.issue_session` when it validates.
+
+    The session is created during validation (inside the admin's transaction), so that
+    every rule of the service reports its error on the matching field. The raw token is
+    kept on `self.issued` only; no field of the form ever holds it.
+    """
+
+    # Service error keys -> form fields.
+    ERROR_FIELDS = {
+        "client": "client",
+        "principal_id": "principal_id",
+        "principal_tenant": "tenant",
+        "principal_roles": "roles",
+        "principal_audience": "audience",
+        "on_behalf_of": "on_behalf_of",
+        "routes": "routes",
+        "allowed_routes": "routes",
+        "lifetime": "lifetime",
+        "expires_at": "lifetime",
+        "device_label": "device_label",
+    }
+
+    client = forms.ModelChoiceField(queryset=Client.objects.order_by("app_id"))
+    principal_id = forms.CharField(
+        max_length=200, help_text="The business user (or service) the agent acts for."
+    )
+    tenant = forms.CharField(max_length=128, required=False)
+    roles = forms.CharField(required=False, help_text="Comma-separated, e.g. support, billing.")
+    audience = forms.CharField(max_length=64, required=False)
+    on_behalf_of = forms.CharField(max_length=200, required=False)
+    routes = forms.ModelMultipleChoiceField(
+        queryset=Route.objects.order_by("route_key"),
+        widget=FilteredSelectMultiple("routes", is_stacked=False),
+        help_text="Must be among the client's allowed routes.",
+    )
+    lifetime = forms.IntegerField(required=False, label="Lifetime (seconds)")
+    device_label = forms.CharField(max_length=200, required=False)
+
+    class Meta:
+        model = AgentSession
+        fields = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.issued: services.IssuedSession | None = None
+        default = _seconds(knowledge_settings.SESSION_DEFAULT_LIFETIME)
+        maximum = _seconds(knowledge_settings.SESSION_MAX_LIFETIME)
+        help_text = f"Empty for the default ({default} s); at most {maximum} s."
+        self.fields["lifetime"].help_text = help_text
+
+    def _post_clean(self) -> None:
+        if self._errors:
+            return
+        data = self.cleaned_data
+        try:
+            self.issued = services.issue_session(
+                data["client"],
+                principal_id=data["principal_id"],
+                routes=list(data["routes"]),
+                tenant=data["tenant"],
+                roles=_split_list(data["roles"]),
+                audience=data["audience"],
+                on_behalf_of=data["on_behalf_of"],
+                lifetime=data["lifetime"],
+                device_label=data["device_label"],
+            )
+        except (ValidationError, ObjectDoesNotExist) as exc:
+            self._add_service_errors(exc)
+            return
+        except OverflowError:
+            # A lifetime beyond what `timedelta` can hold fails before the service's check.
+            self.add_error("lifetime", "The lifetime is out of range.")
+            return
+        self.instance = self.issued.session
+
+    def _add_service_errors(self, exc: Exception) -> None:
+        if not isinstance(exc, ValidationError) or not hasattr(exc, "error_dict"):
+            self.add_error(None, _error_text(exc))
+            return
+        for key, errors in exc.error_dict.items():
+            field = self.ERROR_FIELDS.get(key)
+            for error in errors:
+                text = "; ".join(error.messages)
+                if field is None and key != NON_FIELD_ERRORS:
+                    text = f"{key}: {text}"
+                self.add_error(field, text)
+
+    def _save_m2m(self) -> None:
+        """The service already stored the routes."""
+
+
+class SessionStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> Iterable:
+        return (("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked"))
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        value = self.value()
+        if value == "active":
+            return queryset.filter(pk__in=services.list_sessions(active=True).values("pk"))
+        if value == "expired":
+            inactive = services.list_sessions(active=False).values("pk")
+            return queryset.filter(pk__in=inactive, revoked_at__isnull=True)
+        if value == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return None
+
+
+@admin.register(AgentSession)
+class AgentSessionAdmin(admin.ModelAdmin):
+    list_display = (
+        "session_id",
+        "client",
+        "principal_id",
+        "principal_tenant",
+        "principal_audience",
+        "route_keys",
+        "token_hint",
+        "status",
+        "created_at",
+        "expires_at",
+        "last_seen_at",
+    )
+    list_filter = (
+        SessionStatusFilter,
+        "client",
+        "principal_audience",
+        "principal_tenant",
+        "allowed_routes",
+    )
+    list_select_related = ("client",)
+    search_fields = (
+        "=session_id",
+        "principal_id",
+        "on_behalf_of",
+        "device_label",
+        "=token_hint",
+        "client__app_id",
+    )
+    readonly_fields = (
+        "session_id",
+        "client",
+        "principal_id",
+        "principal_tenant",
+        "principal_roles",
+        "principal_audience",
+        "on_behalf_of",
+        "allowed_routes",
+        "token_hint",
+        "token_hash",
+        "status",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_seen_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("session_id", "client", "status", "device_label")}),
+        (
+            "Principal",
+            {
+                "fields": (
+                    "principal_id",
+                    "principal_tenant",
+                    "principal_roles",
+                    "principal_audience",
+                    "on_behalf_of",
+                )
+            },
+        ),
+        ("Access", {"fields": ("allowed_routes", "created_at", "expires_at", "revoked_at")}),
+        ("Token", {"fields": ("token_hint", "token_hash", "last_seen_at")}),
+    )
+    add_fieldsets = (
+        (None, {"fields": ("client", "principal_id", "routes")}),
+        (
+            "Principal",
+            {"fields": ("tenant", "roles", "audience", "on_behalf_of")},
+        ),
+        ("Session", {"fields": ("lifetime", "device_label")}),
+    )
+    actions = ("revoke_sessions",)
+    issued_template = "admin/bailing_knowledge/agentsession/issued.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).prefetch_related("allowed_routes")
+
+    # The add page issues a session; the change page shows it and edits only its label.
+
+    def get_form(
+        self, request: HttpRequest, obj: AgentSession | None = None, change: bool = False, **kwargs
+    ) -> type[forms.ModelForm]:
+        if obj is None:
+            return IssueSessionForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fieldsets(self, request: HttpRequest, obj: AgentSession | None = None) -> tuple:
+        return self.add_fieldsets if obj is None else self.fieldsets
+
+    def get_readonly_fields(self, request: HttpRequest, obj: AgentSession | None = None) -> tuple:
+        return () if obj is None else self.readonly_fields
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict | None = None
+    ) -> HttpResponse:
+        context = {
+            "title": "Issue agent session",
+            "show_save_and_add_another": False,
+            "show_save_and_continue": False,
+            **(extra_context or {}),
+        }
+        return super().add_view(request, form_url, context)
+
+    def save_model(
+        self, request: HttpRequest, obj: AgentSession, form: forms.ModelForm, change: bool
+    ) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # The form's validation already issued (and saved) the session through the service.
+        # Keep the raw token on this in-memory instance until `response_add` shows it.
+        if form.issued is None or form.issued.session is not obj:
+            raise RuntimeError("The issue form did not issue this session.")
+        obj._issued_access_token = form.issued.access_token
+
+    def response_add(
+        self, request: HttpRequest, obj: AgentSession, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        """Render the outcome directly, never through a redirect.
+
+        The token message is consumed by this very response, so it never reaches the
+        message cookie or the session store.
+        """
+        token = obj.__dict__.pop("_issued_access_token", None)
+        if token is None:
+            raise RuntimeError("No access token to show for this session.")
+        self.message_user(
+            request,
+            f"Issued agent session {obj.session_id} for principal {obj.principal_id!r}.",
+            messages.SUCCESS,
+        )
+        self.message_user(
+            request,
+            "Copy this access token now: it is not stored and will not be shown again. "
+            f"Token of {obj.session_id}: {token}",
+            messages.WARNING,
+        )
+        opts = self.opts
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": opts,
+            "title": "Agent session issued",
+            "session": obj,
+            "routes": [route.route_key for route in obj.allowed_routes.all()],
+            "change_url": reverse(
+                f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
+                args=(obj.pk,),
+            ),
+        }
+        response = TemplateResponse(request, self.issued_template, context)
+        add_never_cache_headers(response)
+        return response
+
+    @admin.display(description="routes")
+    def route_keys(self, obj: AgentSession) -> str:
+        return ", ".join(route.route_key for route in obj.allowed_routes.all())
+
+    @admin.display(description="status")
+    def status(self, obj: AgentSession) -> str:
+        if obj.revoked_at is not None:
+            return "revoked"
+        return "active" if obj.is_active() else "expired"
+
+    @admin.action(description="Revoke selected agent sessions", permissions=["change"])
+    def revoke_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:
+        revoked = already = 0
+        failures: list[str] = []
+        for session in queryset:
+            was_revoked = session.revoked_at is not None
+            try:
+                services.revoke_session(session)
+            except (ValidationError, ObjectDoesNotExist) as exc:
+                failures.append(f"{session.session_id}: {_error_text(exc)}")
+                continue
+            if was_revoked:
+                already += 1
+            else:
+                revoked += 1
+                self.log_change(request, session, "Revoked by an admin action.")
+        summary = f"{revoked} {model_ngettext(self.opts, revoked)} revoked"
+        if already:
+            summary += f"; {already} already revoked"
+        self.message_user(request, summary + ".", messages.SUCCESS)
+        if failures:
+            self.message_user(request, "Could not revoke: " + " | ".join(failures), messages.ERROR)
+
+
+# --------------------------------------------------------------------------- documents, chunks
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin):
+    """Documents come from ingestion: the admin shows them and may delete them."""
+
+    list_display = (
+        "source_key",
+        "title",
+        "knowledge_base",
+        "status",
+        "revision",
+        "chunk_count",
+        "updated_at",
+    )
+    list_display_links = ("source_key", "title")
+    list_filter = ("status", "knowledge_base")
+    list_select_related = ("knowledge_base",)
+    search_fields = ("source_key", "title", "=knowledge_base__slug")
+    readonly_fields = (
+        "knowledge_base",
+        "source_key",
+        "title",
+        "status",
+        "revision",
+        "last_error",
+        "content_hash",
+        "chunk_count",
+        "metadata_json",
+        "body",
+        "created_at",
+        "updated_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("knowledge_base", "source_key", "title")}),
+        (
+            "Indexing",
+            {"fields": ("status", "revision", "last_error", "content_hash", "chunk_count")},
+        ),
+        ("Content", {"fields": ("metadata_json", "body")}),
+        ("History", {"fields": ("created_at", "updated_at")}),
+    )
+    show_full_result_count = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                chunk_count=_count(Chunk.objects.all(), "document", revision=OuterRef("revision"))
+            )
+        )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="chunks", ordering="chunk_count")
+    def chunk_count(self, obj: Document) -> int:
+        return obj.chunk_count
+
+    @admin.display(description="metadata")
+    def metadata_json(self, obj: Document) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(obj.metadata, indent=2, sort_keys=True))
+
+
+@admin.register(Chunk)
+class ChunkAdmin(admin.ModelAdmin):
+    """Chunks are cut and embedded by ingestion: read-only, embeddings never shown."""
+
+    list_display = (
+        "__str__",
+        "document",
+        "knowledge_base",
+        "revision",
+        "ordinal",
+        "start",
+        "end",
+        "embedding_dimensions",
+        "text_preview",
+    )
+    list_filter = ("knowledge_base", "embedding_dimensions")
+    list_select_related = ("document", "knowledge_base")
+    search_fields = ("document__source_key", "document__title", "=knowledge_base__slug")
+    readonly_fields = (
+        "document",
+        "knowledge_base",
+        "revision",
+        "ordinal",
+        "start",
+        "end",
+        "text_hash",
+        "embedding_dimensions",
+        "text",
+    )
+    fields = readonly_fields
+    show_full_result_count = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).defer("embedding", "search_vector")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="text")
+    def text_preview(self, obj: Chunk) -> str:
+        return obj.text if len(obj.text) <= 80 else obj.text[:79] + "…"
+
+
+# --------------------------------------------------------------------------- tasks, runs
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ("task_id", "title", "state", "member_count", "run_count", "updated_at")
+    list_display_links = ("task_id", "title")
+    list_filter = ("state",)
+    search_fields = ("=task_id", "title", "members__principal_id", "=members__session_id")
+    filter_horizontal = ("members",)
+    readonly_fields = ("task_id", "runs_link", "created_at", "updated_at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                member_count=_count(Task.members.through.objects.all(), "task"),
+                run_count=_count(Run.objects.all(), "task"),
+            )
+        )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> tuple:
+        main = (None, {"fields": ("title", "state", "members")})
+        if obj is None:
+            return (main,)
+        return (
+            (None, {"fields": ("task_id", "title", "state", "members")}),
+            ("Runs", {"fields": ("runs_link", "created_at", "updated_at")}),
+        )
+
+    def get_form(self, request: HttpRequest, obj: Task | None = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        members = form.base_fields.get("members")
+        if members is not None:
+            # Sessions are issued on their own page, never from a pop-up of this form.
+            members.widget.can_add_related = False
+        return form
+
+    @admin.display(description="members", ordering="member_count")
+    def member_count(self, obj: Task) -> int:
+        return obj.member_count
+
+    @admin.display(description="runs", ordering="run_count")
+    def run_count(self, obj: Task) -> int:
+        return obj.run_count
+
+    @admin.display(description="runs")
+    def runs_link(self, obj: Task) -> str:
+        if obj.pk is None:
+            return "-"
+        return _changelist_link(
+            self.admin_site, Run, f"task__id__exact={obj.pk}", f"{obj.run_count} run(s)"
+        )
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    """Runs are written by the agent API: read-only here."""
+
+    list_display = (
+        "run_id",
+        "state",
+        "delivery_mode",
+        "route",
+        "client",
+        "session",
+        "task",
+        "created_at",
+        "completed_at",
+    )
+    list_filter = ("state", "delivery_mode", "route", "client")
+    list_select_related = ("route", "client", "session", "task")
+    search_fields = (
+        "=run_id",
+        "client_conversation_id",
+        "client_turn_id",
+        "user_message_id",
+        "=session__session_id",
+        "session__principal_id",
+        "=task__task_id",
+    )
+    readonly_fields = (
+        "run_id",
+        "state",
+        "delivery_mode",
+        "session",
+        "client",
+        "route",
+        "task",
+        "client_conversation_id",
+        "client_turn_id",
+        "user_message_id",
+        "request_hash",
+        "completion_hash",
+        "context_json",
+        "completion_json",
+        "created_at",
+        "updated_at",
+        "completed_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("run_id", "state", "delivery_mode")}),
+        ("Owner", {"fields": ("session", "client", "route", "task")}),
+        (
+            "Turn",
+            {
+                "fields": (
+                    "client_conversation_id",
+                    "client_turn_id",
+                    "user_message_id",
+                    "request_hash",
+                )
+            },
+        ),
+        ("Context", {"fields": ("context_json",)}),
+        ("Completion", {"fields": ("completion_hash", "completion_json", "completed_at")}),
+        ("History", {"fields": ("created_at", "updated_at")}),
+    )
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="context")
+    def context_json(self, obj: Run) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(obj.context, indent=2, sort_keys=True))
+
+    @admin.display(description="completion")
+    def completion_json(self, obj: Run) -> str:
+        if obj.completion is None:
+            return "-"
+        return format_html("<pre>{}</pre>", json.dumps(obj.completion, indent=2, sort_keys=True))
