@@ -1,0 +1,112 @@
+"""`manage.py knowledge_ingest KB PATH...`: load files into a knowledge base.
+
+A file's `source_key` is its path relative to the directory given (or its name when the file
+itself is given), so ingesting a changed file again updates the same document and an
+unchanged one is skipped. Unsupported or unreadable files are reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.ingestion.loaders import LoaderError, discover, load_file
+from bailing_knowledge.services import get_knowledge_base
+
+OUTCOME_LABELS = {"created": "new", "updated": "updated", "unchanged": "unchanged"}
+
+
+class Command(BaseCommand):
+    help = "Load .txt, .md, .html and .pdf files (or directories of them) into a knowledge base."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("knowledge_base", help="Slug of the knowledge base.")
+        parser.add_argument("paths", nargs="+", type=Path, help="Files or directories.")
+        parser.add_argument("--json", action="store_true", help="Print a JSON summary.")
+        parser.add_argument(
+            "--no-progress", action="store_true", help="Do not draw the progress line."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            kb = get_knowledge_base(options["knowledge_base"])
+        except ObjectDoesNotExist as exc:
+            raise CommandError(str(exc)) from exc
+        missing = [str(p) for p in options["paths"] if not p.exists()]
+        if missing:
+            raise CommandError(f"No such file or directory: {', '.join(missing)}")
+        started = time.monotonic()
+        found = discover(options["paths"])
+        counts: Counter[str] = Counter()
+        failures: list[dict[str, str]] = []
+        unsupported = [str(item.path) for item in found if not item.supported]
+        todo = [item for item in found if item.supported]
+        progress = not options["no_progress"] and not options["json"] and sys.stderr.isatty()
+        for number, item in enumerate(todo, start=1):
+            if progress:
+                self._progress(number, len(todo), item.source_key)
+            try:
+                loaded = load_file(item.path, source_key=item.source_key)
+                result = upsert_document(
+                    kb, item.source_key, loaded.title, loaded.body, loaded.metadata
+                )
+            except (LoaderError, ValidationError) as exc:
+                failures.append({"path": str(item.path), "error": _message(exc)})
+                counts["failed"] += 1
+                continue
+            if result.outcome == "failed":
+                failures.append({"path": str(item.path), "error": result.error})
+            counts[OUTCOME_LABELS.get(result.outcome, result.outcome)] += 1
+            counts["chunks"] += result.chunks
+        if progress:
+            sys.stderr.write("\n")
+        summary = {
+            "knowledge_base": kb.slug,
+            "new": counts["new"],
+            "updated": counts["updated"],
+            "unchanged": counts["unchanged"],
+            "queued": counts["queued"],
+            "failed": counts["failed"],
+            "unsupported": len(unsupported),
+            "chunks": counts["chunks"],
+            "seconds": round(time.monotonic() - started, 3),
+            "failures": failures,
+            "unsupported_files": unsupported,
+        }
+        if options["json"]:
+            self.stdout.write(json.dumps(summary, indent=2, ensure_ascii=False))
+        else:
+            self._report(summary)
+
+    def _progress(self, number: int, total: int, name: str) -> None:
+        width = 30
+        filled = width * number // max(total, 1)
+        bar = "#" * filled + "-" * (width - filled)
+        sys.stderr.write(f"\r[{bar}] {number}/{total} {name[:40]:<40}")
+        sys.stderr.flush()
+
+    def _report(self, summary: dict[str, Any]) -> None:
+        self.stdout.write(
+            "{new} new, {updated} updated, {unchanged} unchanged, {failed} failed, "
+            "{unsupported} unsupported; {chunks} chunks in {seconds:.1f} s".format(**summary)
+        )
+        if summary["queued"]:
+            self.stdout.write(f"{summary['queued']} queued for the task runner.")
+        for failure in summary["failures"]:
+            self.stderr.write(f"failed: {failure['path']}: {failure['error']}")
+        for path in summary["unsupported_files"]:
+            self.stderr.write(f"unsupported: {path}")
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(exc.messages)
+    return str(exc)

@@ -1,0 +1,1 @@
+"""Tests of ingestion: loaders, chunker, upsert."""
