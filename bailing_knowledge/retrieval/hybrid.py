@@ -1,0 +1,372 @@
+"""Hybrid retrieval in SQL: pgvector cosine over HNSW and full-text search, fused by rank.
+
+Visibility is part of every leg's WHERE clause — KB in the route's scope and enabled, KB
+tenant binding, the document ready at the chunk's revision, per-document audience and role
+restrictions — so a hidden document never takes a candidate slot, a rank or a score.
+
+The lexical leg is guarded: query terms are probed for how many chunks contain them (each
+probe stops at `SEARCH_COMMON_TERM_CHUNKS`); terms that common are dropped when rarer terms
+remain, and the candidates scored are capped at that same number. Each leg runs in its own
+savepoint under a statement timeout, so a slow or failing leg degrades the answer to
+`partial` instead of failing it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import psycopg.errors
+from django.db import DatabaseError, connection, transaction
+
+from .. import constants
+from ..conf import knowledge_settings
+from ..models import KnowledgeBase
+from .embedders import EmbedderError, get_embedder
+from .tokenization import lexical_query_terms
+
+logger = logging.getLogger("bailing_knowledge")
+
+RRF_K = 60
+MAX_QUERY_TERMS = 32
+
+_VISIBLE = """
+    c.knowledge_base_id = ANY(%(kbs)s)
+    AND d.id = c.document_id
+    AND d.status = 'ready'
+    AND c.revision = d.revision
+    AND (NOT d.metadata ? 'audiences' OR d.metadata -> 'audiences' ? %(audience)s)
+    AND (NOT d.metadata ? 'roles' OR d.metadata -> 'roles' ?| %(roles)s::text[])
+"""
+
+_DF_PROBE = """
+SELECT t.term, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM bailing_knowledge_chunk c
+        WHERE c.search_vector @@ t.term::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
+        LIMIT %(cap)s
+    ) s
+)
+FROM unnest(%(terms)s::text[]) AS t(term)
+"""
+
+_LEXICAL = f"""
+WITH matched AS MATERIALIZED (
+    SELECT c.id, c.search_vector
+    FROM bailing_knowledge_chunk c, bailing_knowledge_document d
+    WHERE c.search_vector @@ %(tsquery)s::tsquery AND {_VISIBLE}
+    LIMIT %(cap)s
+)
+SELECT m.id,
+       (SELECT coalesce(sum(w.weight), 0)
+          FROM unnest(%(terms)s::tsquery[], %(weights)s::float8[]) AS w(term, weight)
+         WHERE m.search_vector @@ w.term)
+       + 0.1 * ts_rank_cd(m.search_vector, %(tsquery)s::tsquery, 1) AS score
+FROM matched m
+ORDER BY score DESC, m.id
+LIMIT %(limit)s
+"""
+
+_VECTOR_INDEXED = f"""
+WITH nearest AS MATERIALIZED (
+    SELECT c.id,
+           c.embedding::vector({constants.INDEXED_EMBEDDING_DIMENSIONS})
+             <=> %(vector)s::vector({constants.INDEXED_EMBEDDING_DIMENSIONS}) AS distance
+    FROM bailing_knowledge_chunk c, bailing_knowledge_document d
+    WHERE c.embedding_dimensions = {constants.INDEXED_EMBEDDING_DIMENSIONS} AND {_VISIBLE}
+    ORDER BY c.embedding::vector({constants.INDEXED_EMBEDDING_DIMENSIONS})
+             <=> %(vector)s::vector({constants.INDEXED_EMBEDDING_DIMENSIONS})
+    LIMIT %(limit)s
+)
+SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY distance, id
+"""
+
+# Other dimensions: exact search (add a partial HNSW index per dimension to speed it up).
+_VECTOR_EXACT = f"""
+WITH nearest AS MATERIALIZED (
+    SELECT c.id, c.embedding <=> %(vector)s::vector AS distance
+    FROM bailing_knowledge_chunk c, bailing_knowledge_document d
+    WHERE c.embedding_dimensions = %(dimensions)s AND {_VISIBLE}
+    ORDER BY distance, c.id
+    LIMIT %(limit)s
+)
+SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY distance, id
+"""
+
+_CANDIDATES = """
+SELECT c.id, c.document_id, c.knowledge_base_id, c.revision, c."start", c."end", c."text",
+       d.title, d.content_hash
+FROM bailing_knowledge_chunk c
+JOIN bailing_knowledge_document d ON d.id = c.document_id
+WHERE c.id = ANY(%(ids)s)
+"""
+
+# The exact-text check of the hits that will be returned: the chunk still equals the
+# document body at its offsets (PostgreSQL's substr counts characters, as Python does).
+_VALIDATE = """
+SELECT c.id
+FROM bailing_knowledge_chunk c
+JOIN bailing_knowledge_document d ON d.id = c.document_id
+WHERE c.id = ANY(%(ids)s)
+  AND d.status = 'ready' AND c.revision = d.revision
+  AND d.knowledge_base_id = ANY(%(kbs)s)
+  AND substr(d.body, c."start" + 1, c."end" - c."start") = c."text"
+"""
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """Who is searching: used in SQL to hide what they may not see."""
+
+    tenant: str = ""
+    audience: str = ""
+    roles: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk_id: int
+    document_id: int
+    knowledge_base_id: int
+    revision: int
+    start: int
+    end: int
+    text: str
+    title: str
+    content_hash: str
+    score: float
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit] = field(default_factory=list)
+    legs_ok: int = 0
+    legs_failed: int = 0
+
+    @property
+    def status(self) -> str:
+        if self.legs_failed == 0:
+            return "ok"
+        return "partial" if self.legs_ok else "unavailable"
+
+
+def searchable_knowledge_bases(
+    kbs: Sequence[KnowledgeBase], visibility: Visibility
+) -> list[KnowledgeBase]:
+    """Enabled KBs whose tenant binding (if any) matches the principal's tenant."""
+    return [kb for kb in kbs if kb.enabled and (not kb.tenant or kb.tenant == visibility.tenant)]
+
+
+def _is_timeout(exc: DatabaseError) -> bool:
+    return isinstance(exc.__cause__, psycopg.errors.QueryCanceled)
+
+
+def _tsquery_term(term: str) -> str:
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+class HybridSearch:
+    """One search over a set of KBs; call `run()` inside nothing: it opens its transaction."""
+
+    def __init__(
+        self,
+        query: str,
+        kbs: Sequence[KnowledgeBase],
+        visibility: Visibility,
+        *,
+        use_vector: bool = True,
+        use_lexical: bool = True,
+    ) -> None:
+        self.query = query
+        self.kbs = list(kbs)
+        self.visibility = visibility
+        self.use_vector = use_vector
+        self.use_lexical = use_lexical
+        self.candidates = int(knowledge_settings.SEARCH_CANDIDATES)
+        self.cap = int(knowledge_settings.SEARCH_COMMON_TERM_CHUNKS)
+        self.result = SearchResult()
+
+    def _params(self, kb_ids: Sequence[int]) -> dict:
+        return {
+            "kbs": list(kb_ids),
+            "audience": self.visibility.audience,
+            "roles": list(self.visibility.roles),
+        }
+
+    def run(
+        self,
+        *,
+        max_hits: int,
+        min_score: float = 0.0,
+        per_document: int = 1,
+        max_documents: int | None = None,
+    ) -> SearchResult:
+        """Fused, validated hits, best first: at most `per_document` chunks of any document
+        and chunks of at most `max_documents` documents."""
+        if not self.kbs:
+            return self.result
+        rankings: list[list[int]] = []
+        with transaction.atomic():
+            self._configure()
+            if self.use_lexical:
+                ranking = self._leg(self._lexical, [kb.pk for kb in self.kbs])
+                if ranking is not None:
+                    rankings.append(ranking)
+            if self.use_vector:
+                for kb_ids, embedder_alias in self._embedder_groups():
+                    ranking = self._leg(self._vector, kb_ids, embedder_alias)
+                    if ranking is not None:
+                        rankings.append(ranking)
+            scores = self._fuse(rankings)
+            self.result.hits = self._select(
+                scores, max_hits, min_score, per_document, max_documents or max_hits
+            )
+        return self.result
+
+    def _configure(self) -> None:
+        timeout = int(knowledge_settings.SEARCH_STATEMENT_TIMEOUT_MS)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('statement_timeout', %s, true), "
+                "set_config('hnsw.ef_search', %s, true), "
+                "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                [f"{timeout}ms", str(int(knowledge_settings.SEARCH_EF_SEARCH))],
+            )
+
+    def _embedder_groups(self) -> list[tuple[list[int], str]]:
+        groups: dict[str, list[int]] = {}
+        for kb in self.kbs:
+            groups.setdefault(kb.embedder, []).append(kb.pk)
+        return [(ids, alias) for alias, ids in sorted(groups.items())]
+
+    def _leg(self, leg, *args) -> list[int] | None:  # type: ignore[no-untyped-def]
+        """Run one leg in a savepoint; a timeout or embedder failure marks it failed."""
+        try:
+            with transaction.atomic():
+                ranking = leg(*args)
+        except EmbedderError:
+            logger.warning("Embedder failed; searching lexically only", exc_info=True)
+            self.result.legs_failed += 1
+            return None
+        except DatabaseError as exc:
+            if not _is_timeout(exc):
+                raise
+            logger.warning("A search leg timed out")
+            self.result.legs_failed += 1
+            return None
+        self.result.legs_ok += 1
+        return ranking
+
+    def _lexical(self, kb_ids: list[int]) -> list[int]:
+        terms = lexical_query_terms(self.query)[:MAX_QUERY_TERMS]
+        if not terms:
+            return []
+        params = self._params(kb_ids)
+        quoted = [_tsquery_term(t) for t in terms]
+        with connection.cursor() as cursor:
+            cursor.execute(_DF_PROBE, {**params, "terms": quoted, "cap": self.cap})
+            df = dict(cursor.fetchall())
+            present = [t for t in quoted if df.get(t, 0) > 0]
+            if not present:
+                return []
+            rare = [t for t in present if df[t] < self.cap]
+            kept = rare or present
+            total = max(self._estimated_chunks(cursor), max(df[t] for t in kept))
+            weights = [math.log(1 + (total - df[t] + 0.5) / (df[t] + 0.5)) for t in kept]
+            cursor.execute(
+                _LEXICAL,
+                {
+                    **params,
+                    "tsquery": " | ".join(kept),
+                    "terms": kept,
+                    "weights": weights,
+                    "cap": self.cap,
+                    "limit": self.candidates,
+                },
+            )
+            return [row[0] for row in cursor.fetchall()]
+
+    def _estimated_chunks(self, cursor) -> int:  # type: ignore[no-untyped-def]
+        cursor.execute(
+            "SELECT greatest(reltuples, 0)::bigint FROM pg_class "
+            "WHERE oid = 'bailing_knowledge_chunk'::regclass"
+        )
+        return int(cursor.fetchone()[0]) or 1
+
+    def _vector(self, kb_ids: list[int], embedder_alias: str) -> list[int]:
+        embedder = get_embedder(embedder_alias)
+        vector = embedder.embed_query(self.query)
+        literal = "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+        # Cosine distance is 1 - similarity: neighbours below the similarity floor are noise.
+        max_distance = 1.0 - float(knowledge_settings.SEARCH_MIN_SIMILARITY)
+        params = {
+            **self._params(kb_ids),
+            "vector": literal,
+            "limit": self.candidates,
+            "max_distance": max_distance,
+        }
+        if embedder.dimensions == constants.INDEXED_EMBEDDING_DIMENSIONS:
+            sql = _VECTOR_INDEXED
+        else:
+            sql, params["dimensions"] = _VECTOR_EXACT, embedder.dimensions
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return [row[0] for row in cursor.fetchall()]
+
+    @staticmethod
+    def _fuse(rankings: list[list[int]]) -> dict[int, float]:
+        """Reciprocal rank fusion, scaled so that first place in every leg scores 1.0."""
+        if not rankings:
+            return {}
+        best = len(rankings) / (RRF_K + 1)
+        scores: dict[int, float] = {}
+        for ranking in rankings:
+            for rank, chunk_id in enumerate(ranking, start=1):
+                scores[chunk_id] = scores.get(chunk_id, 0.0) + 1.0 / (RRF_K + rank)
+        return {chunk_id: score / best for chunk_id, score in scores.items()}
+
+    def _select(
+        self,
+        scores: dict[int, float],
+        max_hits: int,
+        min_score: float,
+        per_document: int,
+        max_documents: int,
+    ) -> list[Hit]:
+        """The best chunks within the per-document and document limits, above `min_score`,
+        each validated against the current body."""
+        ranked = sorted(
+            (item for item in scores.items() if item[1] >= min_score),
+            key=lambda item: (-item[1], item[0]),
+        )
+        if not ranked or max_hits <= 0:
+            return []
+        with connection.cursor() as cursor:
+            cursor.execute(_CANDIDATES, {"ids": [chunk_id for chunk_id, _ in ranked]})
+            rows = {row[0]: row for row in cursor.fetchall()}
+        allowed: list[Hit] = []
+        per_doc: dict[int, int] = {}
+        for chunk_id, score in ranked:
+            row = rows.get(chunk_id)
+            if row is None:
+                continue
+            document_id = row[1]
+            taken = per_doc.get(document_id, 0)
+            if taken >= per_document or (not taken and len(per_doc) >= max_documents):
+                continue
+            per_doc[document_id] = taken + 1
+            allowed.append(Hit(*row, score=round(score, 4)))
+        kb_ids = [kb.pk for kb in self.kbs]
+        hits: list[Hit] = []
+        # Validate in small batches until enough hits survive; stale ones are skipped.
+        for offset in range(0, len(allowed), max_hits):
+            batch = allowed[offset : offset + max_hits]
+            with connection.cursor() as cursor:
+                cursor.execute(_VALIDATE, {"ids": [h.chunk_id for h in batch], "kbs": kb_ids})
+                valid = {row[0] for row in cursor.fetchall()}
+            hits.extend(h for h in batch if h.chunk_id in valid)
+            if len(hits) >= max_hits:
+                break
+        return hits[:max_hits]

@@ -1,0 +1,31 @@
+"""Which run a request may act within: the run rules shared by search, read and delivery."""
+
+from __future__ import annotations
+
+from ..exceptions import RunNotCurrent
+from ..models import AgentSession, Route, Run, Task
+
+
+def current_run(
+    session: AgentSession, route: Route, run_id: str, *, allow_preparing: bool = False
+) -> Run:
+    """The run `run_id` if it is current for this session, client and route.
+
+    Current means: owned by this session, its client and this route; `context_ready` (or
+    `preparing`, for server-side preparation only); and, when bound to a task, the task is
+    active and the session still one of its members. Anything else is `run_not_current`,
+    one answer for every cause.
+    """
+    run = (
+        Run.objects.select_related("task")
+        .filter(run_id=run_id, session=session, client_id=session.client_id, route=route)
+        .first()
+    )
+    states = {Run.State.CONTEXT_READY} | ({Run.State.PREPARING} if allow_preparing else set())
+    if run is None or run.state not in states:
+        raise RunNotCurrent()
+    if run.task_id is not None and (
+        run.task.state != Task.State.ACTIVE or not run.task.members.filter(pk=session.pk).exists()
+    ):
+        raise RunNotCurrent()
+    return run

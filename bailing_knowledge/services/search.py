@@ -1,0 +1,149 @@
+"""Knowledge search: hybrid retrieval, validated hits, signed references, a 4096-byte answer."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .. import constants
+from ..budget import fit_search_response
+from ..models import AgentSession, Route, Run
+from ..retrieval.hybrid import Hit, HybridSearch, Visibility, searchable_knowledge_bases
+from ..signing import Identity, ReferenceClaims, sign_reference
+from .capabilities import knowledge_available
+
+
+def visibility_for(session: AgentSession) -> Visibility:
+    return Visibility(
+        tenant=session.principal_tenant,
+        audience=session.principal_audience,
+        roles=tuple(session.principal_roles),
+    )
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Switches for tests and benchmarks: one leg alone, or both (the default)."""
+
+    use_vector: bool = True
+    use_lexical: bool = True
+
+
+def _rfc3339(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sign_hits(
+    session: AgentSession,
+    route: Route,
+    hits: list[Hit],
+    *,
+    run: Run | None = None,
+    now: float | None = None,
+) -> list[dict[str, Any]]:
+    """Hint dicts with signed refs for hits; `summary` is the whole hit text (budgets cut it)."""
+    issued_at = int(time.time() if now is None else now)
+    identity = Identity.for_session(session, route.route_key)
+    scope_revision = route.knowledge_scope_revision
+    hints = []
+    for hit in hits:
+        claims = ReferenceClaims(
+            run_id=run.run_id if run is not None else None,
+            knowledge_scope_revision=scope_revision,
+            document_id=hit.document_id,
+            revision=hit.revision,
+            content_hash=hit.content_hash,
+            hit_start=hit.start,
+            hit_end=hit.end,
+            issued_at=issued_at,
+        )
+        hints.append(
+            {
+                "ref": sign_reference(identity, claims, now=issued_at),
+                "title": hit.title,
+                "summary": hit.text,
+                "revision": hit.revision,
+                "score": hit.score,
+                "expires_at": _rfc3339(issued_at + constants.REFERENCE_TTL_SECONDS),
+            }
+        )
+    return hints
+
+
+def find_hits(
+    session: AgentSession,
+    route: Route,
+    query: str,
+    *,
+    max_hits: int,
+    per_document: int = 1,
+    max_documents: int | None = None,
+    options: SearchOptions = SearchOptions(),
+) -> tuple[str, list[Hit]]:
+    """`(status, hits)` in the route's visible scope, with its `min_score` applied."""
+    if not knowledge_available(route):
+        return "disabled", []
+    visibility = visibility_for(session)
+    kbs = searchable_knowledge_bases(route.knowledge_bases.all(), visibility)
+    result = HybridSearch(
+        query, kbs, visibility, use_vector=options.use_vector, use_lexical=options.use_lexical
+    ).run(
+        max_hits=max_hits,
+        min_score=route.min_score,
+        per_document=per_document,
+        max_documents=max_documents,
+    )
+    return result.status, result.hits
+
+
+def search_hints(
+    session: AgentSession,
+    route: Route,
+    query: str,
+    *,
+    limit: int = constants.SEARCH_MAX_RESULTS,
+    run: Run | None = None,
+    now: float | None = None,
+    options: SearchOptions = SearchOptions(),
+) -> tuple[str, list[dict[str, Any]]]:
+    """`(status, hints)` for a query: best first, one per document, at most three.
+
+    Used by the search endpoint and by server-side turn preparation alike.
+    """
+    max_hits = min(limit, constants.SEARCH_MAX_RESULTS, route.max_docs)
+    status, hits = find_hits(session, route, query, max_hits=max_hits, options=options)
+    return status, sign_hits(session, route, hits, run=run, now=now)
+
+
+def search(
+    session: AgentSession,
+    route: Route,
+    query: str,
+    *,
+    limit: int = constants.SEARCH_MAX_RESULTS,
+    run: Run | None = None,
+    now: float | None = None,
+    options: SearchOptions = SearchOptions(),
+) -> dict[str, Any]:
+    """The search response body, rendered size ≤ 4096 bytes."""
+    status, hints = search_hints(
+        session, route, query, limit=limit, run=run, now=now, options=options
+    )
+    envelope: dict[str, Any] = {
+        "schema_version": constants.SCHEMA_SEARCH,
+        "route": route.route_key,
+    }
+    if run is not None:
+        envelope["run_id"] = run.run_id
+    envelope.update(
+        {
+            "knowledge_scope_revision": route.knowledge_scope_revision,
+            "status": status,
+            "trust": constants.TRUST_REFERENCE_ONLY,
+            "truncated": False,
+        }
+    )
+    response, _ = fit_search_response(envelope, hints)
+    return response
