@@ -9,25 +9,35 @@ as for 100.
 from __future__ import annotations
 
 import json
+import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import model_ngettext
 from django.contrib.admin.widgets import FilteredSelectMultiple
-from django.core.exceptions import NON_FIELD_ERRORS, ObjectDoesNotExist, ValidationError
+from django.core.exceptions import (
+    NON_FIELD_ERRORS,
+    ObjectDoesNotExist,
+    PermissionDenied,
+    ValidationError,
+)
 from django.db.models import Count, IntegerField, Model, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, Now
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
 from . import services
 from .conf import knowledge_settings
+from .ingestion.documents import reindex_document, upsert_document
+from .ingestion.loaders import LoaderError, load_file, supported_suffixes
 from .models import (
     AgentSession,
     Chunk,
@@ -38,6 +48,7 @@ from .models import (
     Run,
     Task,
 )
+from .services.tasks import set_task_state
 
 # --------------------------------------------------------------------------- helpers
 
@@ -753,6 +764,46 @@ class AgentSessionAdmin(admin.ModelAdmin):
 # --------------------------------------------------------------------------- documents, chunks
 
 
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    widget = MultipleFileInput
+
+    def clean(self, data: Any, initial: Any = None) -> list:
+        files = data if isinstance(data, list | tuple) else [data]
+        cleaned = [super(MultipleFileField, self).clean(item, initial) for item in files if item]
+        if not cleaned:
+            raise ValidationError("Choose at least one file.")
+        return cleaned
+
+
+class DocumentUploadForm(forms.Form):
+    knowledge_base = forms.ModelChoiceField(queryset=KnowledgeBase.objects.all())
+    files = MultipleFileField(help_text="Files with the same name update the same document.")
+
+
+def _ingest_uploads(kb: KnowledgeBase, files: list) -> list[tuple[str, str, str]]:
+    """Load and upsert uploaded files; a file's name (without folders) is its source key."""
+    outcomes = []
+    with tempfile.TemporaryDirectory() as folder:
+        for upload in files:
+            name = Path(upload.name).name or "upload"
+            target = Path(folder) / name
+            with target.open("wb") as handle:
+                for piece in upload.chunks():
+                    handle.write(piece)
+            try:
+                loaded = load_file(target, source_key=name)
+                result = upsert_document(kb, name, loaded.title, loaded.body, loaded.metadata)
+            except (LoaderError, ValidationError) as exc:
+                outcomes.append((name, "failed", _error_text(exc)))
+                continue
+            outcomes.append((name, result.outcome, result.error))
+    return outcomes
+
+
 @admin.register(Document)
 class DocumentAdmin(admin.ModelAdmin):
     """Documents come from ingestion: the admin shows them and may delete them."""
@@ -804,11 +855,67 @@ class DocumentAdmin(admin.ModelAdmin):
             )
         )
 
+    actions = ("reindex_documents",)
+    change_list_template = "admin/bailing_knowledge/document/change_list.html"
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_ingest_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("bailing_knowledge.add_document") and request.user.has_perm(
+            "bailing_knowledge.change_document"
+        )
+
+    def get_urls(self) -> list:
+        urls = super().get_urls()
+        upload = path(
+            "upload/",
+            self.admin_site.admin_view(self.upload_view),
+            name="bailing_knowledge_document_upload",
+        )
+        return [upload, *urls]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> Any:
+        extra_context = {**(extra_context or {}), "can_upload": self.has_ingest_permission(request)}
+        return super().changelist_view(request, extra_context)
+
+    def upload_view(self, request: HttpRequest) -> HttpResponse:
+        """Upload files into a KB: each is loaded and upserted like `knowledge_ingest` does."""
+        if not self.has_ingest_permission(request):
+            raise PermissionDenied
+        form = DocumentUploadForm(request.POST or None, request.FILES or None)
+        if request.method == "POST" and form.is_valid():
+            kb = form.cleaned_data["knowledge_base"]
+            outcomes = _ingest_uploads(kb, form.cleaned_data["files"])
+            for name, _outcome, error in outcomes:
+                if error:
+                    self.message_user(request, f"{name}: {error}", messages.ERROR)
+            counts = Counter(outcome for _, outcome, _ in outcomes)
+            summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+            self.message_user(request, f"Uploaded into {kb.slug}: {summary}.", messages.INFO)
+            return HttpResponseRedirect(reverse("admin:bailing_knowledge_document_changelist"))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Upload documents",
+            "form": form,
+            "supported": ", ".join(sorted(supported_suffixes())),
+        }
+        return TemplateResponse(request, "admin/bailing_knowledge/document/upload.html", context)
+
+    @admin.action(description="Reindex selected documents", permissions=["ingest"])
+    def reindex_documents(self, request: HttpRequest, queryset: QuerySet) -> None:
+        counts: Counter[str] = Counter()
+        for document in queryset.select_related("knowledge_base"):
+            result = reindex_document(document)
+            counts[result.outcome] += 1
+            if result.error:
+                self.message_user(request, f"{document.source_key}: {result.error}", messages.ERROR)
+        summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+        self.message_user(request, f"Reindexed: {summary}.", messages.INFO)
 
     @admin.display(description="chunks", ordering="chunk_count")
     def chunk_count(self, obj: Document) -> int:
@@ -879,6 +986,34 @@ class TaskAdmin(admin.ModelAdmin):
     search_fields = ("=task_id", "title", "members__principal_id", "=members__session_id")
     filter_horizontal = ("members",)
     readonly_fields = ("task_id", "runs_link", "created_at", "updated_at")
+    actions = ("pause_tasks", "resume_tasks", "cancel_tasks")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> tuple:
+        # State changes go through the actions, which enforce the allowed transitions.
+        return (*self.readonly_fields, "state") if obj is not None else self.readonly_fields
+
+    def _set_state(self, request: HttpRequest, queryset: QuerySet, state: str) -> None:
+        _apply_toggle(
+            self,
+            request,
+            queryset,
+            service=set_task_state,
+            attr="state",
+            value=state,
+            label=state,
+        )
+
+    @admin.action(description="Pause selected tasks", permissions=["change"])
+    def pause_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_state(request, queryset, Task.State.PAUSED)
+
+    @admin.action(description="Resume selected tasks", permissions=["change"])
+    def resume_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_state(request, queryset, Task.State.ACTIVE)
+
+    @admin.action(description="Cancel selected tasks", permissions=["change"])
+    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_state(request, queryset, Task.State.CANCELLED)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return (

@@ -28,6 +28,27 @@ DEFAULTS: dict[str, Any] = {
     "THROTTLE_RATES": {"session": "120/min", "client": "600/min"},
     # Cache alias used by the throttles.
     "THROTTLE_CACHE": "default",
+    # Chunking: target chunk length and overlap between neighbours, in characters.
+    "CHUNK_TARGET_CHARS": 1000,
+    "CHUNK_OVERLAP_CHARS": 150,
+    # Callable that runs ingestion tasks: `runner(task_name, kwargs)`. The default runs them
+    # inline; point it at a function that enqueues for Celery or Django's tasks framework.
+    "TASK_RUNNER": "bailing_knowledge.ingestion.tasks.run_inline",
+    # Search: candidates fetched per leg before fusion and validation.
+    "SEARCH_CANDIDATES": 40,
+    # Vector-leg neighbours less similar than this (cosine similarity) are not candidates.
+    "SEARCH_MIN_SIMILARITY": 0.1,
+    # HNSW ef_search for the vector leg (recall/latency trade-off).
+    "SEARCH_EF_SEARCH": 64,
+    # A query term found in at least this many chunks is treated as too common to rank on.
+    "SEARCH_COMMON_TERM_CHUNKS": 5000,
+    # Upper bound for one search's SQL, in milliseconds (0 disables it).
+    "SEARCH_STATEMENT_TIMEOUT_MS": 2000,
+    # Upper bound (bytes, JSON-escaped) of the bodies an inline turn carries in `knowledge`.
+    "INLINE_MAX_BYTES": 24000,
+    # Callable adding instructions, memory, governance or tools to a turn's context:
+    # `hook(run=..., session=..., route=..., request=...) -> dict`.
+    "TURN_CONTEXT_HOOK": None,
     # Named embedders, configured like CACHES.
     "EMBEDDERS": {
         "default": {

@@ -10,6 +10,10 @@ SCHEMA_READ: Final = "bailing.agent-knowledge-read.v1"
 SCHEMA_DELIVERY: Final = "bailing.agent-knowledge-delivery.v1"
 SCHEMA_TURN_CONTEXT: Final = "bailing.agent-turn-context.v1"
 SCHEMA_TASK_BINDING: Final = "bailing.agent-task-binding.v1"
+SCHEMA_RUN_COMPLETION: Final = "bailing.agent-run-completion.v1"
+
+TURN_MAX_INPUT_CHARS: Final = 64000
+TURN_MAX_RENDERERS: Final = 20
 
 TRUST_REFERENCE_ONLY: Final = "reference_only"
 DELIVERY_MODES: Final = ("inline", "on_demand")

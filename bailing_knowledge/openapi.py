@@ -29,6 +29,11 @@ def document(**kwargs: Any) -> Callable[[F], F]:
     return decorator
 
 
+# Extra keys shown in an error's documented example.
+EXAMPLE_EXTRAS: dict[type[errors.AgentAPIError], dict] = {
+    errors.InvalidRequest: {"fields": {"unexpected": ["This field is not accepted."]}},
+}
+
 # The errors any authenticated endpoint can answer, by status.
 COMMON_ERRORS: dict[int, tuple[type[errors.AgentAPIError], ...]] = {
     401: (errors.Unauthorized,),
@@ -53,7 +58,7 @@ def error_responses(
             examples=[
                 OpenApiExample(
                     cls.default_code,
-                    value=errors.error_body(cls),
+                    value={**errors.error_body(cls), **EXAMPLE_EXTRAS.get(cls, {})},
                     response_only=True,
                     status_codes=[str(status)],
                 )

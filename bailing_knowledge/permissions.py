@@ -51,3 +51,10 @@ class AgentRoutePermission(BasePermission):
             return False
         request.agent_route = route
         return True
+
+
+class IsAgentSession(BasePermission):
+    """Any authenticated agent session; for endpoints whose route comes from a run."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, AgentSession)

@@ -15,6 +15,18 @@ urlpatterns = [
         views.CapabilitiesView.as_view(),
         name="capabilities",
     ),
+    path(
+        "workspaces/<slug:route>/knowledge/search",
+        views.SearchView.as_view(),
+        name="search",
+    ),
+    path(
+        "workspaces/<slug:route>/knowledge/read",
+        views.ReadView.as_view(),
+        name="read",
+    ),
+    path("workspaces/<slug:route>/turns", views.TurnView.as_view(), name="turns"),
+    path("runs/<str:run_id>/complete", views.CompleteRunView.as_view(), name="run-complete"),
     # Last: any other path under the prefix is a JSON 404 with `no-store`.
     re_path(r"^.*$", views.not_found, name="not-found"),
 ]

@@ -14,11 +14,35 @@ from rest_framework.views import APIView
 
 from . import constants, services
 from .authentication import AgentBearerAuthentication
-from .exceptions import NotFound, exception_handler
+from .exceptions import (
+    IdempotencyConflict,
+    InvalidRequest,
+    KnowledgeChanged,
+    KnowledgeReferenceExpired,
+    KnowledgeReferenceInvalid,
+    KnowledgeScopeChanged,
+    NotFound,
+    RunNotCurrent,
+    exception_handler,
+)
 from .openapi import document, error_responses
-from .permissions import AgentRoutePermission
+from .permissions import AgentRoutePermission, IsAgentSession
 from .renderers import AgentJSONRenderer, JSONOnlyNegotiation
-from .serializers import CapabilitiesSerializer
+from .serializers import (
+    CapabilitiesSerializer,
+    CompleteRequestSerializer,
+    CompleteResponseSerializer,
+    ReadRequestSerializer,
+    ReadResponseSerializer,
+    SearchRequestSerializer,
+    SearchResponseSerializer,
+    TurnRequestSerializer,
+    TurnResponseSerializer,
+)
+from .services.read import read
+from .services.runs import current_run
+from .services.search import search
+from .services.turns import complete_run, start_turn
 from .throttling import ClientRateThrottle, SessionRateThrottle
 
 NO_STORE = "no-store"
@@ -78,6 +102,117 @@ class CapabilitiesView(AgentAPIView):
     )
     def get(self, request: Request, route: str) -> Response:
         return Response(services.capabilities(request.agent_route))
+
+
+class SearchView(AgentAPIView):
+    """Up to three hints for a query, each with a reference to read; 4096 bytes at most."""
+
+    @document(
+        operation_id="knowledge_search",
+        summary="Search the route's knowledge",
+        request=SearchRequestSerializer,
+        responses={
+            200: SearchResponseSerializer,
+            **error_responses({400: (InvalidRequest,), 409: (RunNotCurrent,)}),
+        },
+        tags=["knowledge"],
+    )
+    def post(self, request: Request, route: str) -> Response:
+        serializer = SearchRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        run = None
+        if "run_id" in data:
+            run = current_run(request.auth, request.agent_route, data["run_id"])
+        body = search(
+            request.auth, request.agent_route, data["query"], limit=data["limit"], run=run
+        )
+        return Response(body)
+
+
+class ReadView(AgentAPIView):
+    """One page of a referenced document; follow `next_cursor` for the next one."""
+
+    @document(
+        operation_id="knowledge_read",
+        summary="Read a referenced document, page by page",
+        request=ReadRequestSerializer,
+        responses={
+            200: ReadResponseSerializer,
+            **error_responses(
+                {
+                    400: (InvalidRequest, KnowledgeReferenceInvalid),
+                    409: (RunNotCurrent, KnowledgeScopeChanged, KnowledgeChanged),
+                    410: (KnowledgeReferenceExpired,),
+                }
+            ),
+        },
+        tags=["knowledge"],
+    )
+    def post(self, request: Request, route: str) -> Response:
+        serializer = ReadRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        body = read(
+            request.auth,
+            request.agent_route,
+            data["ref"],
+            cursor=data.get("cursor"),
+            run_id=data.get("run_id"),
+            max_bytes=data["max_bytes"],
+        )
+        return Response(body)
+
+
+class TurnView(AgentAPIView):
+    """Start (or replay) an agent turn: its run, frozen context and knowledge delivery."""
+
+    @document(
+        operation_id="agent_turn",
+        summary="Start an agent turn",
+        request=TurnRequestSerializer,
+        responses={
+            200: TurnResponseSerializer,
+            **error_responses({400: (InvalidRequest,), 409: (IdempotencyConflict, RunNotCurrent)}),
+        },
+        tags=["runs"],
+    )
+    def post(self, request: Request, route: str) -> Response:
+        serializer = TurnRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = _plain(serializer.validated_data)
+        return Response(start_turn(request.auth, request.agent_route, data))
+
+
+class CompleteRunView(AgentAPIView):
+    """Close a run; replaying the same completion is harmless, changing it is refused."""
+
+    permission_classes = [IsAgentSession]
+
+    @document(
+        operation_id="agent_run_complete",
+        summary="Complete a run",
+        request=CompleteRequestSerializer,
+        responses={
+            200: CompleteResponseSerializer,
+            **error_responses({400: (InvalidRequest,), 409: (IdempotencyConflict, RunNotCurrent)}),
+        },
+        tags=["runs"],
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        serializer = CompleteRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = _plain(serializer.validated_data)
+        return Response(complete_run(request.auth, run_id, data))
+
+
+def _plain(data: Any) -> Any:
+    """Validated data as plain JSON values (nested serializers return OrderedDicts)."""
+    if isinstance(data, dict):
+        return {key: _plain(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_plain(value) for value in data]
+    return data
 
 
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:

@@ -616,22 +616,82 @@ def test_run_page_is_read_only(admin_client, rows):
     assert run.state == Run.State.CONTEXT_READY
 
 
-def test_task_form_edits_title_state_and_members(admin_client, rows, agent_client, route):
+def test_task_form_edits_title_and_members_but_not_state(admin_client, rows, agent_client, route):
     task = rows[Task]
     other = services.issue_session(agent_client, principal_id="user-2", routes=[route]).session
     response = admin_client.get(admin_url(Task, "change", task.pk))
     assert "members" in response.context["adminform"].form.fields
+    assert "state" not in response.context["adminform"].form.fields
     assert not response.context["adminform"].form.fields["members"].widget.can_add_related
 
-    data = {"title": "Paused backlog", "state": "paused", "members": [other.pk]}
+    data = {"title": "Backlog", "state": "cancelled", "members": [other.pk]}
     assert admin_client.post(admin_url(Task, "change", task.pk), data).status_code == 302
     task.refresh_from_db()
-    assert (task.title, task.state) == ("Paused backlog", "paused")
+    # State changes go through the actions only.
+    assert (task.title, task.state) == ("Backlog", "active")
     assert list(task.members.all()) == [other]
-
-    response = admin_client.post(admin_url(Task, "change", task.pk), {**data, "state": "bogus"})
-    assert "state" in response.context["adminform"].form.errors
 
     response = admin_client.post(admin_url(Task, "add"), {"title": "New", "state": "active"})
     assert response.status_code == 302
     assert Task.objects.get(title="New").task_id.startswith("task_")
+
+
+# ----------------------------------------------------------------- uploads and reindexing
+
+
+def test_upload_documents_through_the_admin(admin_client, kb):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    changelist = admin_client.get(reverse("admin:bailing_knowledge_document_changelist"))
+    assert b"Upload documents" in changelist.content
+    url = reverse("admin:bailing_knowledge_document_upload")
+    assert admin_client.get(url).status_code == 200
+    files = [
+        SimpleUploadedFile("faq.md", b"# FAQ\n\nAnswers to questions.\n"),
+        SimpleUploadedFile("bad.txt", b"\xff\xfe\xfa not utf-8 \xff"),
+        SimpleUploadedFile("notes.docx", b"binary"),
+    ]
+    response = admin_client.post(url, {"knowledge_base": kb.pk, "files": files}, follow=True)
+    assert response.status_code == 200
+    text = " ".join(str(m) for m in response.context["messages"])
+    assert "1 created" in text and "2 failed" in text
+    document = Document.objects.get(source_key="faq.md")
+    assert (document.title, document.status) == ("FAQ", "ready")
+
+
+def test_reindex_action(admin_client, kb):
+    from bailing_knowledge.ingestion.documents import upsert_document
+
+    document = upsert_document(kb, "a.md", "A", "Some text to index.").document
+    old = set(document.chunks.values_list("pk", flat=True))
+    response = admin_client.post(
+        reverse("admin:bailing_knowledge_document_changelist"),
+        {"action": "reindex_documents", "_selected_action": [document.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "1 updated" in " ".join(str(m) for m in response.context["messages"])
+    assert not old & set(document.chunks.values_list("pk", flat=True))
+
+
+def test_task_state_actions(admin_client, issued):
+    from bailing_knowledge.services.tasks import create_task
+
+    task = create_task("Close", members=[issued.session])
+    url = reverse("admin:bailing_knowledge_task_changelist")
+    for action, state in (
+        ("pause_tasks", "paused"),
+        ("resume_tasks", "active"),
+        ("cancel_tasks", "cancelled"),
+    ):
+        response = admin_client.post(url, {"action": action, "_selected_action": [task.pk]})
+        assert response.status_code == 302
+        task.refresh_from_db()
+        assert task.state == state
+    # A cancelled task cannot be resumed.
+    response = admin_client.post(
+        url, {"action": "resume_tasks", "_selected_action": [task.pk]}, follow=True
+    )
+    assert "could not be active" in " ".join(str(m) for m in response.context["messages"])
+    task.refresh_from_db()
+    assert task.state == "cancelled"

@@ -8,6 +8,7 @@ import sys
 import textwrap
 import uuid
 from io import StringIO
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -225,3 +226,37 @@ def test_migration_stops_with_the_message_when_pgvector_is_missing(monkeypatch):
         database.CreateVectorExtension().database_forwards(
             "bailing_knowledge", Editor(), None, None
         )
+
+
+def test_the_demo_seeds_idempotently_and_prints_credentials(tmp_path, scratch_database):
+    """What `make demo` runs before serving, twice in a row, on an empty database."""
+    db = _admin_conninfo()
+    host = db["host"] or "localhost"
+    url = f"postgresql://{db['user'] or ''}@/{scratch_database}?host={host}"
+    if db["port"]:
+        url += f"&port={db['port']}"
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        "DATABASE_URL": url,
+        "DEMO_ADMIN_PASSWORD_FILE": str(tmp_path / "password"),
+    }
+    manage = Path(__file__).resolve().parent.parent / "example_project" / "manage.py"
+    outputs = []
+    for _ in range(2):
+        result = subprocess.run(
+            [sys.executable, str(manage), "demo", "--no-serve"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        outputs.append(result.stdout)
+    for output in outputs:
+        assert "BAILING_HUB_URL=http://127.0.0.1:8000" in output
+        assert "BAILING_ROUTE=demo" in output
+        assert "BAILING_ACCESS_TOKEN=bka_" in output
+        assert "user 'admin'" in output
+    tokens = [line for out in outputs for line in out.splitlines() if "ACCESS_TOKEN=" in line]
+    assert len(set(tokens)) == 2
+    assert (tmp_path / "password").read_text().strip() in outputs[1]

@@ -21,7 +21,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ObjectDoesNotExist, Validat
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError
 
-from ..models import AgentSession, Client, KnowledgeBase, Route
+from ..models import AgentSession, Client, KnowledgeBase, Route, Task
 
 # ---------------------------------------------------------------------------------------------
 # Argument types: each raises ArgumentTypeError, which argparse reports as a CommandError.
@@ -114,6 +114,20 @@ def client_data(client: Client) -> dict[str, Any]:
         "allowed_routes": sorted(route.route_key for route in client.allowed_routes.all()),
         "created_at": iso(client.created_at),
         "updated_at": iso(client.updated_at),
+    }
+
+
+def task_data(task: Task) -> dict[str, Any]:
+    from ..services.tasks import task_scope_hash
+
+    return {
+        "task_id": task.task_id,
+        "title": task.title,
+        "state": task.state,
+        "members": sorted(session.session_id for session in task.members.all()),
+        "scope_hash": task_scope_hash(task),
+        "created_at": iso(task.created_at),
+        "updated_at": iso(task.updated_at),
     }
 
 

@@ -15,6 +15,18 @@ BASE = "/agent-api/v1"
 # that the authorization matrix covers them too.
 AGENT_ENDPOINTS = [
     ("get", "/workspaces/{route}/knowledge/capabilities", None),
+    ("post", "/workspaces/{route}/knowledge/search", {"query": "refund"}),
+    ("post", "/workspaces/{route}/knowledge/read", {"ref": "placeholder"}),
+    (
+        "post",
+        "/workspaces/{route}/turns",
+        {
+            "client_conversation_id": "c",
+            "client_turn_id": "t",
+            "user_message_id": "m",
+            "user_input": "refund",
+        },
+    ),
 ]
 
 

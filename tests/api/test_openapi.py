@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from unittest import mock
 
 import pytest
-from django.db import OperationalError
+from django.core.cache import cache
+from django.db import OperationalError, transaction
 from django.urls import include, path
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.validation import validate_schema
 
 from bailing_knowledge import services
+from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.models import Route, Run
+from bailing_knowledge.services.tasks import create_task, pause_task, task_scope_hash
 
 from .conftest import AgentCaller
 
@@ -44,45 +49,151 @@ def _examples(schema):
                     yield url, method, int(status), name, example["value"]
 
 
-def _provoke(status, code, route_key, issued, settings):
-    """Make the server answer `status` with `code` on the capabilities endpoint."""
-    url = f"/workspaces/{route_key}/knowledge/capabilities"
-    caller = AgentCaller(issued.access_token)
-    if code == "unauthorized":
-        return AgentCaller(None).get(url)
-    if code == "route_not_allowed":
-        return caller.get("/workspaces/elsewhere/knowledge/capabilities")
-    if code == "rate_limited":
-        from django.core.cache import cache
+class Provoker:
+    """Makes the server give each documented answer, on real rows, leaving no trace."""
 
-        cache.clear()
-        settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {"session": "1/min"}}
-        caller.get(url)
-        return caller.get(url)
-    if code == "knowledge_unavailable":
-        with mock.patch(
-            "bailing_knowledge.services.capabilities.knowledge_available",
-            side_effect=OperationalError("down"),
-        ):
-            return caller.get(url)
-    return caller.get(url)
+    def __init__(self, settings):
+        self.settings = settings
+        self.kb = services.create_knowledge_base("handbook")
+        self.route = services.create_route("order-assistant", knowledge_bases=[self.kb])
+        self.client = services.create_client("acme-agent", routes=[self.route])
+        self.issued = services.issue_session(self.client, principal_id="u", routes=[self.route])
+        self.caller = AgentCaller(self.issued.access_token)
+        upsert_document(self.kb, "refunds.md", "Refunds", "Refunds take five days.")
+        self.run = self._new_run()
+        self.turns = 0
+
+    def _new_run(self):
+        self.runs = getattr(self, "runs", 0) + 1
+        return Run.objects.create(
+            session=self.issued.session,
+            client=self.client,
+            route=self.route,
+            client_conversation_id="c",
+            client_turn_id=f"t{self.runs}",
+            user_message_id="m",
+            request_hash="0" * 64,
+            state=Run.State.CONTEXT_READY,
+        )
+
+    def _ref(self, run_id=None):
+        body = {"query": "refunds"} | ({"run_id": run_id} if run_id else {})
+        response = self.caller.post("/workspaces/order-assistant/knowledge/search", body)
+        return json.loads(response.content)["hints"][0]["ref"]
+
+    def _turn(self):
+        self.turns += 1
+        return {
+            "client_conversation_id": "c",
+            "client_turn_id": f"turn-{self.turns}",
+            "user_message_id": "m",
+            "user_input": "refunds",
+        }
+
+    def request(self, path):
+        """A valid `(url, body)` for the endpoint at `path`."""
+        url = path.removeprefix("/agent-api/v1").replace("{route}", "order-assistant")
+        if "{run_id}" in url:
+            url = url.replace("{run_id}", self._new_run().run_id)
+            return url, {"assistant_message_id": "a", "content": "Done."}
+        if url.endswith("/search"):
+            return url, {"query": "refunds"}
+        if url.endswith("/read"):
+            return url, {"ref": self._ref()}
+        if url.endswith("/turns"):
+            return url, self._turn()
+        return url, None
+
+    def provoke(self, path, method, code):
+        url, body = self.request(path)
+        call = self.caller.call
+        if code == "unauthorized":
+            return AgentCaller(None).call(method, url, body)
+        if code == "route_not_allowed":
+            if "/runs/" in url:
+                return self._rolled_back(
+                    lambda: services.set_route_enabled(self.route, False),
+                    lambda: call(method, url, body),
+                )
+            return call(method, url.replace("order-assistant", "elsewhere"), body)
+        if code == "invalid_request":
+            return call(method, url, {"unexpected": True})
+        if code == "knowledge_reference_invalid":
+            return call(method, url, {"ref": "AAAA"})
+        if code == "knowledge_reference_expired":
+            later = time.time() + 301
+            with mock.patch("bailing_knowledge.services.read.time.time", return_value=later):
+                return call(method, url, body)
+        if code == "rate_limited":
+            cache.clear()
+            self.settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {"session": "1/min"}}
+            call(method, url, body)
+            response = call(method, url, body)
+            self.settings.BAILING_KNOWLEDGE = {}
+            return response
+        if code == "knowledge_unavailable":
+            # Every endpoint derives the route's scope revision from the database.
+            with mock.patch.object(
+                Route, "knowledge_configuration", side_effect=OperationalError("down")
+            ):
+                if "/runs/" in url:
+                    with mock.patch(
+                        "bailing_knowledge.services.turns.canonical_hash",
+                        side_effect=OperationalError("down"),
+                    ):
+                        return call(method, url, body)
+                return call(method, url, body)
+        if code == "idempotency_conflict":
+            call(method, url, body)
+            changed = {**body, "content" if "/runs/" in url else "user_input": "Changed."}
+            return call(method, url, changed)
+        if code == "run_not_current":
+            if "/runs/" in url:
+                return call(method, "/runs/run_unknown/complete", body)
+            if url.endswith("/turns"):
+                task = create_task("Paused", members=[self.issued.session])
+                pause_task(task)
+                binding = {
+                    "schema_version": "bailing.agent-task-binding.v1",
+                    "task_id": task.task_id,
+                    "scope_hash": task_scope_hash(task),
+                }
+                return call(method, url, {**body, "task_binding": binding})
+            body = {**body, "run_id": self.run.run_id}
+            if url.endswith("read"):
+                body["ref"] = self._ref(self.run.run_id)
+            return self._rolled_back(self._complete_run, lambda: call(method, url, body))
+        changes = {
+            "knowledge_scope_changed": lambda: services.update_route(self.route, top_k=9),
+            "knowledge_changed": lambda: upsert_document(self.kb, "refunds.md", "R", "New."),
+        }
+        if code in changes:
+            return self._rolled_back(changes[code], lambda: call(method, url, body))
+        return call(method, url, body)
+
+    @staticmethod
+    def _rolled_back(change, request):
+        with transaction.atomic():
+            change()
+            response = request()
+            transaction.set_rollback(True)
+        return response
+
+    def _complete_run(self):
+        Run.objects.filter(pk=self.run.pk).update(state=Run.State.COMPLETED)
 
 
 def test_every_documented_example_is_what_the_server_returns(schema, settings):
-    kb = services.create_knowledge_base("handbook")
-    route = services.create_route("order-assistant", knowledge_bases=[kb])
-    client = services.create_client("acme-agent", routes=[route])
-    issued = services.issue_session(client, principal_id="u", routes=[route])
+    provoker = Provoker(settings)
     examples = list(_examples(schema))
-    assert {status for *_, status, _, _ in examples} >= {200, 401, 403, 429, 503}
-    for _url, _method, status, _name, value in examples:
-        code = value.get("error")
-        response = _provoke(status, code, route.route_key, issued, settings)
-        settings.BAILING_KNOWLEDGE = {}
-        assert response.status_code == status
+    assert {status for *_, status, _, _ in examples} >= {200, 400, 401, 403, 409, 410, 429, 503}
+    for url, method, status, name, value in examples:
+        cache.clear()
+        response = provoker.provoke(url, method, value.get("error"))
+        assert response.status_code == status, (url, name, response.content)
         actual = json.loads(response.content)
         if status == 200:
             # The only value that depends on the database: its format is documented.
             assert re.fullmatch(r"ksr_[0-9a-f]{32}", actual.pop("knowledge_scope_revision"))
             value = {k: v for k, v in value.items() if k != "knowledge_scope_revision"}
-        assert actual == value
+        assert actual == value, (url, name)

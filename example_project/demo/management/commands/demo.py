@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import shlex
 from datetime import timedelta
@@ -14,12 +15,15 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from bailing_knowledge import services
+from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.ingestion.loaders import discover, load_file
 from bailing_knowledge.models import AgentSession, Client, KnowledgeBase, Route
 
 ROUTE_KEY = "demo"
 KB_SLUG = "handbook"
 APP_ID = "demo-agent"
 DEVICE_LABEL = "make demo"
+KNOWLEDGE_DIR = Path(__file__).resolve().parents[2] / "knowledge"
 
 
 class Command(BaseCommand):
@@ -37,6 +41,7 @@ class Command(BaseCommand):
         hub = f"http://{addr}"
         token = issued.access_token
         capabilities = f"{hub}/agent-api/v1/workspaces/{ROUTE_KEY}/knowledge/capabilities"
+        search = f"{hub}/agent-api/v1/workspaces/{ROUTE_KEY}/knowledge/search"
         out = self.stdout.write
         out("")
         out(f"BAILING_HUB_URL={hub}")
@@ -44,7 +49,10 @@ class Command(BaseCommand):
         out(f"BAILING_ACCESS_TOKEN={token}")
         out("")
         out("Try it (in another terminal):")
-        out(f"  curl -s -H {shlex.quote('Authorization: Bearer ' + token)} {capabilities}")
+        auth = shlex.quote("Authorization: Bearer " + token)
+        out(f"  curl -s -H {auth} {capabilities}")
+        query = shlex.quote('{"query": "how long do refunds take"}')
+        out(f"  curl -s -H {auth} -H 'Content-Type: application/json' -d {query} {search}")
         out("")
         out(f"Admin: {hub}/admin/  {password_note}")
         out("The token above replaces the one printed by any earlier run (those are revoked).")
@@ -63,6 +71,9 @@ class Command(BaseCommand):
         client = Client.objects.filter(app_id=APP_ID).first() or services.create_client(
             APP_ID, name="Demo agent", routes=[route]
         )
+        for item in discover([KNOWLEDGE_DIR]):
+            loaded = load_file(item.path, source_key=item.source_key)
+            upsert_document(kb, item.source_key, loaded.title, loaded.body, loaded.metadata)
         # Each run hands out a fresh token; the previous demo sessions stop working.
         for session in AgentSession.objects.filter(
             client=client, device_label=DEVICE_LABEL, revoked_at__isnull=True
@@ -78,7 +89,8 @@ class Command(BaseCommand):
 
     def ensure_admin(self) -> str:
         """Create the `admin` superuser on first run and remember its password locally."""
-        password_file = Path(settings.REPO_DIR) / ".data" / "demo-admin-password"
+        default = Path(settings.REPO_DIR) / ".data" / "demo-admin-password"
+        password_file = Path(os.environ.get("DEMO_ADMIN_PASSWORD_FILE") or default)
         user_model = get_user_model()
         if not user_model.objects.filter(username="admin").exists():
             password = secrets.token_urlsafe(12)
