@@ -1,0 +1,341 @@
+"""`KnowledgeClient` and `AsyncKnowledgeClient`: the knowledge endpoints over HTTP.
+
+Both clients share one request builder and one response reader (`_Endpoint`), so the sync and
+async flavours cannot drift apart: same paths, same bodies, same error mapping, same checks.
+Redirects are never followed, because following one would hand the bearer token to whatever
+host the redirect names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import quote
+
+import httpx
+
+from .. import __version__, constants
+from .errors import ProtocolError, Unreachable, decode_json, error_from_response
+from .models import (
+    Capabilities,
+    ChainBuilder,
+    ReadChain,
+    ReadPage,
+    SearchResult,
+    parse_capabilities,
+    parse_read_page,
+    parse_search,
+)
+
+__all__ = ["DEFAULT_API_PREFIX", "AsyncKnowledgeClient", "KnowledgeClient", "RawResponse"]
+
+DEFAULT_API_PREFIX = "/agent-api/v1"
+DEFAULT_TIMEOUT = 30.0
+_ROUTE = re.compile(r"^[-a-zA-Z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    """An HTTP answer as received, for callers that judge statuses themselves (negotiation)."""
+
+    status: int
+    content: bytes
+    headers: Mapping[str, str]
+
+
+class _Endpoint:
+    """What both clients know: where to send, what to send, how to read the answer."""
+
+    def __init__(
+        self,
+        base_url: str,
+        route: str,
+        access_token: str,
+        *,
+        api_prefix: str = DEFAULT_API_PREFIX,
+    ) -> None:
+        if not _ROUTE.match(route or ""):
+            raise ValueError("route must be a route key (letters, digits, '-' and '_').")
+        if not access_token:
+            raise ValueError("access_token is required.")
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError("base_url must be an http:// or https:// URL.")
+        self.base_url = base_url.rstrip("/")
+        self.route = route
+        self.api_prefix = "/" + api_prefix.strip("/") if api_prefix.strip("/") else ""
+        self._token = access_token
+        # A stable, non-reversible name for the current authorization: caches key on it.
+        self.authorization_key = hashlib.sha256(access_token.encode("utf-8")).hexdigest()
+
+    def url(self, action: str) -> str:
+        route = quote(self.route, safe="")
+        return f"{self.base_url}{self.api_prefix}/workspaces/{route}/knowledge/{action}"
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {self._token}",
+            "Accept": "application/json",
+            "User-Agent": f"bailing-knowledge-client/{__version__}",
+        }
+
+    @staticmethod
+    def search_body(query: str, limit: int, run_id: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"query": query, "limit": limit}
+        if run_id is not None:
+            body["run_id"] = run_id
+        return body
+
+    @staticmethod
+    def read_body(
+        ref: str, cursor: str | None, run_id: str | None, max_bytes: int | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"ref": ref}
+        if cursor is not None:
+            body["cursor"] = cursor
+        if run_id is not None:
+            body["run_id"] = run_id
+        if max_bytes is not None:
+            body["max_bytes"] = max_bytes
+        return body
+
+    @staticmethod
+    def raw(response: httpx.Response) -> RawResponse:
+        return RawResponse(response.status_code, response.content, dict(response.headers))
+
+    @staticmethod
+    def decode(response: httpx.Response) -> Any:
+        """The JSON of a success, or raise the `KnowledgeError` the answer stands for."""
+        if response.status_code != 200:
+            raise error_from_response(
+                response.status_code, response.content, dict(response.headers)
+            )
+        try:
+            return decode_json(response.content)
+        except ValueError:
+            raise ProtocolError(reason="The answer is not JSON.", status=200) from None
+
+    def repr(self, cls: str) -> str:
+        # Never the token.
+        return f"<{cls} {self.base_url} route={self.route!r}>"
+
+
+def _unreachable(exc: httpx.TransportError) -> Unreachable:
+    kind = type(exc).__name__
+    return Unreachable(reason=f"The knowledge hub could not be reached ({kind}).")
+
+
+def _timeout(timeout: float | httpx.Timeout) -> httpx.Timeout:
+    return timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+
+
+class KnowledgeClient:
+    """Synchronous client of one route's knowledge endpoints, under one access token.
+
+    Thread-safe (one `httpx.Client` connection pool); close it, or use it as a context
+    manager. Methods raise `KnowledgeError` subclasses for every answer that is not success.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        route: str,
+        access_token: str,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        api_prefix: str = DEFAULT_API_PREFIX,
+    ) -> None:
+        self._endpoint = _Endpoint(base_url, route, access_token, api_prefix=api_prefix)
+        self._http = httpx.Client(timeout=_timeout(timeout), follow_redirects=False)
+
+    @property
+    def route(self) -> str:
+        return self._endpoint.route
+
+    @property
+    def base_url(self) -> str:
+        return self._endpoint.base_url
+
+    @property
+    def authorization_key(self) -> str:
+        """SHA-256 of the access token: identifies the authorization without revealing it."""
+        return self._endpoint.authorization_key
+
+    def __repr__(self) -> str:
+        return self._endpoint.repr(type(self).__name__)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _send(self, method: str, action: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        try:
+            return self._http.request(
+                method, self._endpoint.url(action), json=body, headers=self._endpoint.headers()
+            )
+        except httpx.TransportError as exc:
+            raise _unreachable(exc) from None
+
+    def capabilities_response(self) -> RawResponse:
+        """The capabilities answer as received, whatever its status (for negotiation)."""
+        return _Endpoint.raw(self._send("GET", "capabilities"))
+
+    def capabilities(self) -> Capabilities:
+        """What the server supports on this route."""
+        body = _Endpoint.decode(self._send("GET", "capabilities"))
+        return parse_capabilities(body, route=self.route)
+
+    def search(
+        self, query: str, *, limit: int = constants.SEARCH_MAX_RESULTS, run_id: str | None = None
+    ) -> SearchResult:
+        """Up to `limit` (≤ 3) hints for `query`; `run_id` binds the refs to a current run."""
+        body = _Endpoint.search_body(query, limit, run_id)
+        return parse_search(_Endpoint.decode(self._send("POST", "search", body)), route=self.route)
+
+    def read(
+        self,
+        ref: str,
+        *,
+        cursor: str | None = None,
+        run_id: str | None = None,
+        max_bytes: int | None = None,
+    ) -> ReadPage:
+        """One page of the referenced document; `max_bytes` bounds the whole answer."""
+        body = _Endpoint.read_body(ref, cursor, run_id, max_bytes)
+        answer = _Endpoint.decode(self._send("POST", "read", body))
+        return parse_read_page(answer, route=self.route, ref=ref)
+
+    def read_chain(
+        self,
+        ref: str,
+        *,
+        cursor: str | None = None,
+        run_id: str | None = None,
+        max_bytes: int | None = None,
+    ) -> ReadChain:
+        """Every page from the start (or from `cursor`) until `next_cursor` is null.
+
+        The content of a chain is at most `read_chain_max_bytes` (128 KiB); a larger document
+        ends with `truncated` and `budget_exhausted` both true.
+        """
+        chain = ChainBuilder(ref)
+        while True:
+            page = self.read(ref, cursor=cursor, run_id=run_id, max_bytes=max_bytes)
+            cursor = chain.add(page)
+            if cursor is None:
+                return chain.build()
+
+
+class AsyncKnowledgeClient:
+    """The `KnowledgeClient` API for asyncio hosts (`httpx.AsyncClient`); awaitable methods."""
+
+    def __init__(
+        self,
+        base_url: str,
+        route: str,
+        access_token: str,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        api_prefix: str = DEFAULT_API_PREFIX,
+    ) -> None:
+        self._endpoint = _Endpoint(base_url, route, access_token, api_prefix=api_prefix)
+        self._http = httpx.AsyncClient(timeout=_timeout(timeout), follow_redirects=False)
+
+    @property
+    def route(self) -> str:
+        return self._endpoint.route
+
+    @property
+    def base_url(self) -> str:
+        return self._endpoint.base_url
+
+    @property
+    def authorization_key(self) -> str:
+        """SHA-256 of the access token: identifies the authorization without revealing it."""
+        return self._endpoint.authorization_key
+
+    def __repr__(self) -> str:
+        return self._endpoint.repr(type(self).__name__)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _send(
+        self, method: str, action: str, body: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        try:
+            return await self._http.request(
+                method, self._endpoint.url(action), json=body, headers=self._endpoint.headers()
+            )
+        except httpx.TransportError as exc:
+            raise _unreachable(exc) from None
+
+    async def capabilities_response(self) -> RawResponse:
+        """The capabilities answer as received, whatever its status (for negotiation)."""
+        return _Endpoint.raw(await self._send("GET", "capabilities"))
+
+    async def capabilities(self) -> Capabilities:
+        """What the server supports on this route."""
+        body = _Endpoint.decode(await self._send("GET", "capabilities"))
+        return parse_capabilities(body, route=self.route)
+
+    async def search(
+        self, query: str, *, limit: int = constants.SEARCH_MAX_RESULTS, run_id: str | None = None
+    ) -> SearchResult:
+        """Up to `limit` (≤ 3) hints for `query`; `run_id` binds the refs to a current run."""
+        body = _Endpoint.search_body(query, limit, run_id)
+        answer = _Endpoint.decode(await self._send("POST", "search", body))
+        return parse_search(answer, route=self.route)
+
+    async def read(
+        self,
+        ref: str,
+        *,
+        cursor: str | None = None,
+        run_id: str | None = None,
+        max_bytes: int | None = None,
+    ) -> ReadPage:
+        """One page of the referenced document; `max_bytes` bounds the whole answer."""
+        body = _Endpoint.read_body(ref, cursor, run_id, max_bytes)
+        answer = _Endpoint.decode(await self._send("POST", "read", body))
+        return parse_read_page(answer, route=self.route, ref=ref)
+
+    async def read_chain(
+        self,
+        ref: str,
+        *,
+        cursor: str | None = None,
+        run_id: str | None = None,
+        max_bytes: int | None = None,
+    ) -> ReadChain:
+        """Every page from the start (or from `cursor`) until `next_cursor` is null."""
+        chain = ChainBuilder(ref)
+        while True:
+            page = await self.read(ref, cursor=cursor, run_id=run_id, max_bytes=max_bytes)
+            cursor = chain.add(page)
+            if cursor is None:
+                return chain.build()

@@ -1,0 +1,197 @@
+"""The sync and async clients against the app served on a real socket (`live_server`)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+
+from bailing_knowledge import services
+from bailing_knowledge.client import (
+    AsyncKnowledgeClient,
+    InvalidRequest,
+    KnowledgeChanged,
+    KnowledgeClient,
+    ReferenceInvalid,
+    ReferenceRejected,
+    RouteNotAllowed,
+    RunNotCurrent,
+    ScopeChanged,
+    Unauthorized,
+    Unreachable,
+)
+from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.models import Document, Run
+
+from .conftest import MANUAL, REFUNDS, manual_body
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def client(hub):
+    with KnowledgeClient(hub.url, hub.route, hub.token, timeout=20) as client:
+        yield client
+
+
+def test_capabilities(client, hub):
+    capabilities = client.capabilities()
+    assert capabilities.protocol == "bailing.agent-knowledge.v1"
+    assert (capabilities.route, capabilities.supported, capabilities.enabled) == (
+        "orders",
+        True,
+        True,
+    )
+    assert capabilities.on_demand
+    assert capabilities.knowledge_scope_revision == hub.route_obj.knowledge_scope_revision
+    assert capabilities.limits.read_chain_max_bytes == 131072
+    assert hub.token not in repr(client)
+
+
+def test_search_then_read_a_page(client):
+    result = client.search("how long do refunds take")
+    assert (result.status, result.trust, result.route, result.run_id) == (
+        "ok",
+        "reference_only",
+        "orders",
+        None,
+    )
+    assert 1 <= len(result.hints) <= 3
+    top = result.hints[0]
+    assert top.title == "Refund policy"
+    assert top.summary in REFUNDS
+    assert top.trust == "reference_only"
+
+    page = client.read(top.ref)
+    assert (page.title, page.content, page.trust) == ("Refund policy", REFUNDS, "reference_only")
+    assert (page.next_cursor, page.truncated, page.budget_exhausted) == (None, False, False)
+    assert page.total_content_bytes == len(REFUNDS.encode())
+
+
+def test_read_chain_follows_every_cursor(client, manual):
+    ref = client.search("forklift safety inspection", limit=1).hints[0].ref
+    first = client.read(ref, max_bytes=4096)
+    assert first.next_cursor is not None and first.truncated
+    assert MANUAL.startswith(first.content)
+
+    chain = client.read_chain(ref, max_bytes=4096)
+    assert len(chain.pages) >= 10
+    assert chain.content == MANUAL == Document.objects.get(source_key="manual.md").body
+    assert chain.complete and not chain.budget_exhausted
+    assert chain.total_content_bytes == len(MANUAL.encode())
+    assert chain.trust == "reference_only"
+    assert all(page.trust == "reference_only" for page in chain.pages)
+    assert chain.pages[-1].next_cursor is None
+
+    # Continuing from a page's cursor reads the rest of the chain only.
+    rest = client.read_chain(ref, cursor=first.next_cursor, max_bytes=4096)
+    assert first.content + rest.content == MANUAL
+
+
+def test_a_chain_stops_at_its_budget(client, hub):
+    body = manual_body(140_000, topic="pallet")
+    upsert_document(hub.kb, "pallets.md", "Pallet manual", body)
+    ref = client.search("pallet manual safety", limit=1).hints[0].ref
+    chain = client.read_chain(ref, max_bytes=32768)
+    assert chain.truncated and chain.budget_exhausted
+    assert 100_000 < len(chain.content.encode()) <= 131072
+    assert body.startswith(chain.content)
+
+
+def test_errors_carry_protocol_codes(client, hub):
+    stranger = KnowledgeClient(hub.url, hub.route, "bka_" + "x" * 43)
+    with stranger, pytest.raises(Unauthorized) as caught:
+        stranger.search("refund")
+    assert (caught.value.code, caught.value.status) == ("unauthorized", 401)
+
+    elsewhere = KnowledgeClient(hub.url, "no-such-route", hub.token)
+    with elsewhere, pytest.raises(RouteNotAllowed) as caught:
+        elsewhere.capabilities()
+    assert (caught.value.code, caught.value.status) == ("route_not_allowed", 403)
+
+    ref = client.search("refund").hints[0].ref
+    raw = bytearray(base64.urlsafe_b64decode(ref + "=" * (-len(ref) % 4)))
+    raw[-1] ^= 1
+    tampered = base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+    with pytest.raises(ReferenceInvalid) as caught:
+        client.read(tampered)
+    assert (caught.value.code, caught.value.status) == ("knowledge_reference_invalid", 400)
+    assert isinstance(caught.value, ReferenceRejected)
+
+    with pytest.raises(InvalidRequest) as caught:
+        client.search("refund", limit=5)
+    assert caught.value.code == "invalid_request" and "limit" in caught.value.fields
+
+    with pytest.raises(RunNotCurrent):
+        client.search("refund", run_id="run_unknown")
+
+
+def test_changed_documents_and_scopes_are_refused(client, hub):
+    ref = client.search("refund").hints[0].ref
+    upsert_document(hub.kb, "refunds.md", "Refund policy", REFUNDS + "\n\nUpdated.")
+    with pytest.raises(KnowledgeChanged) as caught:
+        client.read(ref)
+    assert caught.value.status == 409
+
+    ref = client.search("refund").hints[0].ref
+    services.update_route(hub.route, top_k=4)
+    with pytest.raises(ScopeChanged) as caught:
+        client.read(ref)
+    assert caught.value.code == "knowledge_scope_changed"
+
+
+def test_run_bound_search_and_read(client, hub):
+    run = Run.objects.create(
+        session=hub.issued.session,
+        client=hub.issued.session.client,
+        route=hub.route_obj,
+        client_conversation_id="c",
+        client_turn_id="t",
+        user_message_id="m",
+        request_hash="h",
+        state=Run.State.CONTEXT_READY,
+    )
+    result = client.search("refund", run_id=run.run_id)
+    assert result.run_id == run.run_id
+    page = client.read(result.hints[0].ref, run_id=run.run_id)
+    assert page.run_id == run.run_id
+    # A ref bound to a run is not valid outside it.
+    with pytest.raises(ReferenceInvalid):
+        client.read(result.hints[0].ref)
+    run.state = Run.State.COMPLETED
+    run.save()
+    with pytest.raises(RunNotCurrent):
+        client.read(result.hints[0].ref, run_id=run.run_id)
+
+
+def test_unreachable_hub_is_an_error():
+    client = KnowledgeClient("http://127.0.0.1:9", "orders", "bka_x", timeout=2)
+    with client, pytest.raises(Unreachable) as caught:
+        client.capabilities()
+    assert caught.value.status == 0 and caught.value.code == "hub_unreachable"
+
+
+def test_constructor_rejects_nonsense():
+    with pytest.raises(ValueError):
+        KnowledgeClient("ftp://hub", "orders", "bka_x")
+    with pytest.raises(ValueError):
+        KnowledgeClient("http://hub", "../admin", "bka_x")
+    with pytest.raises(ValueError):
+        KnowledgeClient("http://hub", "orders", "")
+
+
+def test_async_client(hub, manual):
+    async def scenario():
+        async with AsyncKnowledgeClient(hub.url, hub.route, hub.token) as client:
+            capabilities = await client.capabilities()
+            result = await client.search("forklift safety inspection", limit=1)
+            chain = await client.read_chain(result.hints[0].ref, max_bytes=4096)
+            with pytest.raises(ReferenceInvalid):
+                await client.read("AAAA")
+            return capabilities, result, chain
+
+    capabilities, result, chain = asyncio.run(scenario())
+    assert capabilities.on_demand
+    assert result.hints[0].title == "Forklift manual"
+    assert chain.content == MANUAL and len(chain.pages) > 1

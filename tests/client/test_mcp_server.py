@@ -1,0 +1,214 @@
+"""The MCP server, driven by the official MCP client SDK over stdio and streamable HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from bailing_knowledge.client.mcp_server import ServerConfig, main
+
+from .conftest import MANUAL, REFUNDS
+
+ROOT = Path(__file__).resolve().parents[2]
+live = pytest.mark.django_db(transaction=True)
+
+
+def _env(hub, token: str | None = None) -> dict[str, str]:
+    return {
+        "BAILING_HUB_URL": hub.url,
+        "BAILING_ROUTE": hub.route,
+        "BAILING_ACCESS_TOKEN": token or hub.token,
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+def _stdio(hub, token: str | None = None, *args: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bailing_knowledge.client", *args],
+        env=_env(hub, token),
+        cwd=str(ROOT),
+    )
+
+
+def _text(result) -> dict:
+    assert len(result.content) == 1
+    return json.loads(result.content[0].text)
+
+
+@asynccontextmanager
+async def _session(
+    params: StdioServerParameters | None = None, transport=None
+) -> AsyncIterator[ClientSession]:
+    """An initialised MCP client session over stdio (`params`) or another transport."""
+    async with (
+        transport or stdio_client(params) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def _call(session: ClientSession, name: str, arguments: dict) -> tuple[bool, dict]:
+    result = await session.call_tool(name, arguments)
+    return result.is_error, _text(result)
+
+
+@live
+def test_stdio_server_searches_and_reads(hub, manual):
+    async def scenario():
+        async with _session(_stdio(hub)) as session:
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+
+            error, found = await _call(session, "knowledge_search", {"query": "refund"})
+            assert not error and found["trust"] == "reference_only"
+            ref = found["hints"][0]["ref"]
+            error, document = await _call(session, "knowledge_read", {"ref": ref})
+            assert not error
+
+            error, manual = await _call(
+                session, "knowledge_search", {"query": "forklift safety", "limit": 1}
+            )
+            manual_ref = manual["hints"][0]["ref"]
+            error, page = await _call(
+                session,
+                "knowledge_read",
+                {"ref": manual_ref, "follow": False, "max_bytes": 4096},
+            )
+            assert not error and page["next_cursor"]
+
+            error, results = await _call(session, "search", {"query": "forklift safety"})
+            assert not error
+            error, fetched = await _call(session, "fetch", {"id": results["results"][0]["id"]})
+            assert not error
+
+            # The SDK validates arguments against the published schema first.
+            bad = await session.call_tool("knowledge_search", {"query": "x", "limit": 9})
+            assert bad.is_error and "limit" in bad.content[0].text
+            return tools, found, document, page, results, fetched
+
+    tools, found, document, page, results, fetched = asyncio.run(scenario())
+    assert set(tools) == {"knowledge_search", "knowledge_read", "search", "fetch"}
+    assert tools["knowledge_search"].input_schema["required"] == ["query"]
+    assert tools["knowledge_read"].annotations.read_only_hint
+    assert found["hints"][0]["title"] == "Refund policy"
+    assert (document["content"], document["trust"]) == (REFUNDS, "reference_only")
+    assert MANUAL.startswith(page["content"]) and len(page["content"]) < len(MANUAL)
+    first = results["results"][0]
+    assert first["title"] == "Forklift manual" and first["url"].startswith("bailing-knowledge://")
+    assert (fetched["id"], fetched["text"]) == (first["id"], MANUAL)
+    assert fetched["metadata"]["trust"] == "reference_only"
+
+
+@live
+def test_stdio_errors_are_tool_errors_with_the_code(hub):
+    async def scenario():
+        async with _session(_stdio(hub, "bka_" + "q" * 43)) as session:
+            search = await session.call_tool("knowledge_search", {"query": "refund"})
+            fetch = await session.call_tool("fetch", {"id": "AAAA"})
+            return search, fetch
+
+    search, fetch = asyncio.run(scenario())
+    assert search.is_error and "unauthorized" in search.content[0].text
+    assert _text(search)["error"] == "unauthorized"
+    assert fetch.is_error and _text(fetch)["error"] == "unauthorized"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@live
+def test_streamable_http_server(hub):
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bailing_knowledge.client",
+            "--transport",
+            "streamable-http",
+            "--port",
+            str(port),
+            "--tools",
+            "knowledge",
+        ],
+        cwd=ROOT,
+        env={**os.environ, **_env(hub)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+        async def scenario():
+            transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp")
+            async with _session(transport=transport) as session:
+                names = [tool.name for tool in (await session.list_tools()).tools]
+                found = _text(await session.call_tool("knowledge_search", {"query": "refund"}))
+                return names, found
+
+        names, found = asyncio.run(scenario())
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert sorted(names) == ["knowledge_read", "knowledge_search"]
+    assert found["hints"][0]["title"] == "Refund policy"
+
+
+def test_configuration_errors_exit_cleanly(monkeypatch, capsys):
+    for name in ("BAILING_HUB_URL", "BAILING_ACCESS_TOKEN", "BAILING_ROUTE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as caught:
+        main([])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "BAILING_HUB_URL" in err and "BAILING_ACCESS_TOKEN" in err and "BAILING_ROUTE" in err
+
+    monkeypatch.setenv("BAILING_HUB_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("BAILING_ROUTE", "orders")
+    monkeypatch.setenv("BAILING_ACCESS_TOKEN", "bka_x")
+    with pytest.raises(SystemExit) as caught:
+        main(["--transport", "streamable-http", "--host", "0.0.0.0"])  # noqa: S104
+    assert caught.value.code == 2 and "--allow-remote" in capsys.readouterr().err
+
+    monkeypatch.setenv("BAILING_HUB_URL", "ftp://hub")
+    with pytest.raises(SystemExit) as caught:
+        main([])
+    assert caught.value.code == 2 and "http" in capsys.readouterr().err
+
+
+def test_config_never_shows_the_token():
+    config = ServerConfig.from_env(
+        {
+            "BAILING_HUB_URL": "http://hub",
+            "BAILING_ROUTE": "orders",
+            "BAILING_ACCESS_TOKEN": "bka_s",
+        }
+    )
+    assert "bka_s" not in repr(config)
+    assert config.api_prefix == "/agent-api/v1"
