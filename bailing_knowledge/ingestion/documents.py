@@ -19,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from ..conf import knowledge_settings
 from ..models import Chunk, Document, KnowledgeBase, content_hash
 from ..retrieval.embedders import EmbedderError, get_embedder
-from ..retrieval.tokenization import lexical_terms
+from ..retrieval.tokenization import lexical_text
 from ..services.catalog import get_knowledge_base
 from .chunker import chunk_spans
 from .tasks import enqueue, task
@@ -156,7 +156,7 @@ def _write_chunks(document: Document, chunks: list[_PreparedChunk], dimensions: 
             hashlib.sha256(chunk.text.encode("utf-8")).hexdigest(),
             _vector_literal(chunk.embedding) if chunk.embedding is not None else None,
             dimensions if chunk.embedding is not None else None,
-            " ".join(lexical_terms(chunk.text)),
+            lexical_text(chunk.text),
         )
         for chunk in chunks
     ]

@@ -83,13 +83,16 @@ WITH nearest AS MATERIALIZED (
 SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY distance, id
 """
 
-# Other dimensions: exact search (add a partial HNSW index per dimension to speed it up).
-_VECTOR_EXACT = f"""
+# Other dimensions: `{dimensions}` is written into the SQL (an int) so that an operator's
+# partial index `USING hnsw ((embedding::vector(N)) vector_cosine_ops) WHERE
+# embedding_dimensions = N` matches the expression; without one the search is exact.
+_VECTOR_OTHER = f"""
 WITH nearest AS MATERIALIZED (
-    SELECT c.id, c.embedding <=> %(vector)s::vector AS distance
+    SELECT c.id, c.embedding::vector({{dimensions}}) <=> %(vector)s::vector({{dimensions}})
+             AS distance
     FROM bailing_knowledge_chunk c, bailing_knowledge_document d
-    WHERE c.embedding_dimensions = %(dimensions)s AND {_VISIBLE}
-    ORDER BY distance, c.id
+    WHERE c.embedding_dimensions = {{dimensions}} AND {_VISIBLE}
+    ORDER BY c.embedding::vector({{dimensions}}) <=> %(vector)s::vector({{dimensions}})
     LIMIT %(limit)s
 )
 SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY distance, id
@@ -310,7 +313,7 @@ class HybridSearch:
         if embedder.dimensions == constants.INDEXED_EMBEDDING_DIMENSIONS:
             sql = _VECTOR_INDEXED
         else:
-            sql, params["dimensions"] = _VECTOR_EXACT, embedder.dimensions
+            sql = _VECTOR_OTHER.format(dimensions=int(embedder.dimensions))
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return [row[0] for row in cursor.fetchall()]

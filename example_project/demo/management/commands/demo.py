@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shlex
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -47,6 +49,22 @@ class Command(BaseCommand):
         out(f"BAILING_HUB_URL={hub}")
         out(f"BAILING_ROUTE={ROUTE_KEY}")
         out(f"BAILING_ACCESS_TOKEN={token}")
+        out("")
+        mcp_config = {
+            "mcpServers": {
+                "bailing-knowledge": {
+                    "command": sys.executable,
+                    "args": ["-m", "bailing_knowledge.client"],
+                    "env": {
+                        "BAILING_HUB_URL": hub,
+                        "BAILING_ROUTE": ROUTE_KEY,
+                        "BAILING_ACCESS_TOKEN": token,
+                    },
+                }
+            }
+        }
+        out("MCP host configuration (stdio):")
+        out(json.dumps(mcp_config, indent=2))
         out("")
         out("Try it (in another terminal):")
         auth = shlex.quote("Authorization: Bearer " + token)
