@@ -36,7 +36,11 @@ from django.utils.html import format_html
 
 from . import services
 from .conf import knowledge_settings
-from .ingestion.documents import reindex_document, upsert_document
+from .ingestion.documents import (
+    reindex_document,
+    set_knowledge_base_embedder,
+    upsert_document,
+)
 from .ingestion.loaders import LoaderError, load_file, supported_suffixes
 from .models import (
     AgentSession,
@@ -173,6 +177,19 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
         ("Retrieval", {"fields": ("embedder", "tenant")}),
         ("Contents", {"fields": ("documents_link", "created_at", "updated_at")}),
     )
+
+    def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
+        """A new embedder means new vectors: switch through the service, which re-embeds."""
+        new_embedder = obj.embedder
+        if change and "embedder" in form.changed_data:
+            obj.embedder = form.initial["embedder"]
+            super().save_model(request, obj, form, change)
+            set_knowledge_base_embedder(obj, new_embedder)
+            self.message_user(
+                request, f"Documents of {obj.slug} were re-embedded with {new_embedder!r}."
+            )
+            return
+        super().save_model(request, obj, form, change)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return (

@@ -695,3 +695,31 @@ def test_task_state_actions(admin_client, issued):
     assert "could not be active" in " ".join(str(m) for m in response.context["messages"])
     task.refresh_from_db()
     assert task.state == "cancelled"
+
+
+def test_changing_a_kbs_embedder_in_the_admin_re_embeds(admin_client, kb, settings):
+    from bailing_knowledge.ingestion.documents import upsert_document
+
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {
+            "default": {"BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder"},
+            "small": {
+                "BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder",
+                "OPTIONS": {"DIMENSIONS": 64},
+            },
+        }
+    }
+    document = upsert_document(kb, "a.md", "A", "Some text to index.").document
+    data = {
+        "slug": kb.slug,
+        "title": kb.title,
+        "description": "",
+        "enabled": "on",
+        "embedder": "small",
+        "tenant": "",
+    }
+    response = admin_client.post(admin_url(KnowledgeBase, "change", kb.pk), data)
+    assert response.status_code == 302, response.content
+    kb.refresh_from_db()
+    assert kb.embedder == "small"
+    assert set(document.chunks.values_list("embedding_dimensions", flat=True)) == {64}
