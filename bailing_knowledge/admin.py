@@ -131,6 +131,34 @@ def _apply_toggle(
         )
 
 
+def toggle_action(
+    name: str,
+    description: str,
+    *,
+    service: Callable[[Any, Any], Any],
+    attr: str,
+    value: Any,
+    label: str,
+    switch: str = "",
+) -> Callable[..., None]:
+    """An admin action that calls `service(obj, value)` on each selected object."""
+
+    def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+        _apply_toggle(
+            modeladmin,
+            request,
+            queryset,
+            service=service,
+            attr=attr,
+            value=value,
+            label=label,
+            switch=switch,
+        )
+
+    action.__name__ = name
+    return admin.action(description=description, permissions=["change"])(action)
+
+
 # --------------------------------------------------------------------------- knowledge bases
 
 
@@ -220,29 +248,23 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
             f"{obj.document_count} document(s)",
         )
 
-    @admin.action(description="Enable selected knowledge bases", permissions=["change"])
-    def enable_knowledge_bases(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _apply_toggle(
-            self,
-            request,
-            queryset,
-            service=services.set_knowledge_base_enabled,
-            attr="enabled",
-            value=True,
-            label="enabled",
-        )
+    enable_knowledge_bases = toggle_action(
+        "enable_knowledge_bases",
+        "Enable selected knowledge bases",
+        service=services.set_knowledge_base_enabled,
+        attr="enabled",
+        value=True,
+        label="enabled",
+    )
 
-    @admin.action(description="Disable selected knowledge bases", permissions=["change"])
-    def disable_knowledge_bases(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _apply_toggle(
-            self,
-            request,
-            queryset,
-            service=services.set_knowledge_base_enabled,
-            attr="enabled",
-            value=False,
-            label="disabled",
-        )
+    disable_knowledge_bases = toggle_action(
+        "disable_knowledge_bases",
+        "Disable selected knowledge bases",
+        service=services.set_knowledge_base_enabled,
+        attr="enabled",
+        value=False,
+        label="disabled",
+    )
 
 
 # --------------------------------------------------------------------------- routes
@@ -319,59 +341,43 @@ class RouteAdmin(admin.ModelAdmin):
     def client_count(self, obj: Route) -> int:
         return obj.client_count
 
-    @admin.action(description="Enable selected routes", permissions=["change"])
-    def enable_routes(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _apply_toggle(
-            self,
-            request,
-            queryset,
-            service=services.set_route_enabled,
-            attr="enabled",
-            value=True,
-            label="enabled",
-        )
-
-    @admin.action(description="Disable selected routes", permissions=["change"])
-    def disable_routes(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _apply_toggle(
-            self,
-            request,
-            queryset,
-            service=services.set_route_enabled,
-            attr="enabled",
-            value=False,
-            label="disabled",
-        )
-
-    @admin.action(
-        description="Enable the agent client runtime of selected routes", permissions=["change"]
+    enable_routes = toggle_action(
+        "enable_routes",
+        "Enable selected routes",
+        service=services.set_route_enabled,
+        attr="enabled",
+        value=True,
+        label="enabled",
     )
-    def enable_agent_client(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _apply_toggle(
-            self,
-            request,
-            queryset,
-            service=services.set_agent_client_enabled,
-            attr="agent_client_enabled",
-            value=True,
-            label="enabled",
-            switch="the agent client runtime",
-        )
 
-    @admin.action(
-        description="Disable the agent client runtime of selected routes", permissions=["change"]
+    disable_routes = toggle_action(
+        "disable_routes",
+        "Disable selected routes",
+        service=services.set_route_enabled,
+        attr="enabled",
+        value=False,
+        label="disabled",
     )
-    def disable_agent_client(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _apply_toggle(
-            self,
-            request,
-            queryset,
-            service=services.set_agent_client_enabled,
-            attr="agent_client_enabled",
-            value=False,
-            label="disabled",
-            switch="the agent client runtime",
-        )
+
+    enable_agent_client = toggle_action(
+        "enable_agent_client",
+        "Enable the agent client runtime of selected routes",
+        service=services.set_agent_client_enabled,
+        attr="agent_client_enabled",
+        value=True,
+        label="enabled",
+        switch="the agent client runtime",
+    )
+
+    disable_agent_client = toggle_action(
+        "disable_agent_client",
+        "Disable the agent client runtime of selected routes",
+        service=services.set_agent_client_enabled,
+        attr="agent_client_enabled",
+        value=False,
+        label="disabled",
+        switch="the agent client runtime",
+    )
 
 
 # --------------------------------------------------------------------------- clients
@@ -441,29 +447,23 @@ class ClientAdmin(admin.ModelAdmin):
             obj.pk,
         )
 
-    @admin.action(description="Enable selected agent clients", permissions=["change"])
-    def enable_clients(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _apply_toggle(
-            self,
-            request,
-            queryset,
-            service=services.set_client_enabled,
-            attr="enabled",
-            value=True,
-            label="enabled",
-        )
+    enable_clients = toggle_action(
+        "enable_clients",
+        "Enable selected agent clients",
+        service=services.set_client_enabled,
+        attr="enabled",
+        value=True,
+        label="enabled",
+    )
 
-    @admin.action(description="Disable selected agent clients", permissions=["change"])
-    def disable_clients(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _apply_toggle(
-            self,
-            request,
-            queryset,
-            service=services.set_client_enabled,
-            attr="enabled",
-            value=False,
-            label="disabled",
-        )
+    disable_clients = toggle_action(
+        "disable_clients",
+        "Disable selected agent clients",
+        service=services.set_client_enabled,
+        attr="enabled",
+        value=False,
+        label="disabled",
+    )
 
 
 # --------------------------------------------------------------------------- sessions
@@ -1009,28 +1009,30 @@ class TaskAdmin(admin.ModelAdmin):
         # State changes go through the actions, which enforce the allowed transitions.
         return (*self.readonly_fields, "state") if obj is not None else self.readonly_fields
 
-    def _set_state(self, request: HttpRequest, queryset: QuerySet, state: str) -> None:
-        _apply_toggle(
-            self,
-            request,
-            queryset,
-            service=set_task_state,
-            attr="state",
-            value=state,
-            label=state,
-        )
-
-    @admin.action(description="Pause selected tasks", permissions=["change"])
-    def pause_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._set_state(request, queryset, Task.State.PAUSED)
-
-    @admin.action(description="Resume selected tasks", permissions=["change"])
-    def resume_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._set_state(request, queryset, Task.State.ACTIVE)
-
-    @admin.action(description="Cancel selected tasks", permissions=["change"])
-    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._set_state(request, queryset, Task.State.CANCELLED)
+    pause_tasks = toggle_action(
+        "pause_tasks",
+        "Pause selected tasks",
+        service=set_task_state,
+        attr="state",
+        value=Task.State.PAUSED,
+        label="paused",
+    )
+    resume_tasks = toggle_action(
+        "resume_tasks",
+        "Resume selected tasks",
+        service=set_task_state,
+        attr="state",
+        value=Task.State.ACTIVE,
+        label="active",
+    )
+    cancel_tasks = toggle_action(
+        "cancel_tasks",
+        "Cancel selected tasks",
+        service=set_task_state,
+        attr="state",
+        value=Task.State.CANCELLED,
+        label="cancelled",
+    )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return (
