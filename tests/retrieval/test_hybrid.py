@@ -121,12 +121,12 @@ def test_common_terms_are_dropped_when_rare_ones_remain(kb, settings):
 
 def test_a_timed_out_leg_makes_the_answer_partial(kb, settings):
     _corpus(kb, 5)
-    settings.BAILING_KNOWLEDGE = {"SEARCH_STATEMENT_TIMEOUT_MS": 1}
+    settings.BAILING_KNOWLEDGE = {"SEARCH_STATEMENT_TIMEOUT_MS": 500}
     original = hybrid.HybridSearch._lexical
 
     def slow_lexical(self, kb_ids):
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_sleep(0.05)")
+            cursor.execute("SELECT pg_sleep(1.5)")
         return original(self, kb_ids)
 
     search = HybridSearch("refund", [kb], Visibility())
