@@ -470,6 +470,7 @@ def test_reader_gets_knowledge_changed_when_the_document_changes_mid_chain():
     caller = AgentCaller(issued.access_token)
     ref = first_ref(caller, "refunds")
     results: list = []
+    started, updated = threading.Event(), threading.Event()
 
     def reader():
         try:
@@ -484,16 +485,20 @@ def test_reader_gets_knowledge_changed_when_the_document_changes_mid_chain():
                 cursor = results[-1][1]["next_cursor"]
                 if cursor is None:
                     return
-                time.sleep(0.01)
+                if len(results) == 2:
+                    # Two pages in: let the writer commit a new revision, then go on.
+                    started.set()
+                    updated.wait(60)
         finally:
             connections.close_all()
 
     thread = threading.Thread(target=reader)
     thread.start()
-    for revision in range(2, 6):
-        time.sleep(0.05)
+    assert started.wait(60)
+    for revision in range(2, 4):
         bodies[revision] = "# Refunds\n\n" + mixed_text(60_000, seed=revision)
         upsert_document(kb, "doc.md", "Doc", bodies[revision])
+        updated.set()
     thread.join(60)
     statuses = [status for status, _ in results]
     assert statuses[-1] == 409

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -221,6 +222,11 @@ def test_a_concurrent_reader_sees_the_old_or_the_new_revision_never_a_mix():
     thread.start()
     try:
         for body in bodies[1:]:
+            # Give the reader a look at each revision before the next one lands.
+            seen = len(observations)
+            deadline = time.monotonic() + 30
+            while len(observations) <= seen and time.monotonic() < deadline:
+                time.sleep(0.005)
             ingest.upsert_document(kb, "doc.md", "Doc", body)
     finally:
         stop.set()
