@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -25,21 +26,24 @@ from .. import constants
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .embedders import EmbedderError, get_embedder
-from .tokenization import lexical_query_terms
+from .tokenization import ENGLISH_STOPWORDS, lexical_query_terms
 
 logger = logging.getLogger("bailing_knowledge")
 
 RRF_K = 60
 MAX_QUERY_TERMS = 32
 
-_VISIBLE = """
-    c.knowledge_base_id = ANY(%(kbs)s)
-    AND d.id = c.document_id
+# A chunk `c` of a document `d` is visible: current revision of a ready document, and the
+# principal's audience and roles admitted by the document's metadata.
+_DOCUMENT_VISIBLE = """
+    d.id = c.document_id
     AND d.status = 'ready'
     AND c.revision = d.revision
     AND (NOT d.metadata ? 'audiences' OR d.metadata -> 'audiences' ? %(audience)s)
     AND (NOT d.metadata ? 'roles' OR d.metadata -> 'roles' ?| %(roles)s::text[])
 """
+# ... and in one of the KBs searched (the route's enabled KBs for this tenant).
+_VISIBLE = "c.knowledge_base_id = ANY(%(kbs)s) AND " + _DOCUMENT_VISIBLE
 
 _DF_PROBE = """
 SELECT t.term, (
@@ -52,11 +56,19 @@ SELECT t.term, (
 FROM unnest(%(terms)s::text[]) AS t(term)
 """
 
+# The GIN index finds the matching chunks of the route's KBs first (a materialized step, so
+# the planner cannot trade it for a scan in another order); visibility is then applied to
+# those, before any scoring or ranking.
 _LEXICAL = f"""
-WITH matched AS MATERIALIZED (
+WITH found AS MATERIALIZED (
+    SELECT c.id, c.document_id, c.revision, c.search_vector
+    FROM bailing_knowledge_chunk c
+    WHERE c.search_vector @@ %(tsquery)s::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
+    LIMIT %(scan_cap)s
+), matched AS MATERIALIZED (
     SELECT c.id, c.search_vector
-    FROM bailing_knowledge_chunk c, bailing_knowledge_document d
-    WHERE c.search_vector @@ %(tsquery)s::tsquery AND {_VISIBLE}
+    FROM found c, bailing_knowledge_document d
+    WHERE {_DOCUMENT_VISIBLE}
     LIMIT %(cap)s
 )
 SELECT m.id,
@@ -67,6 +79,19 @@ SELECT m.id,
 FROM matched m
 ORDER BY score DESC, m.id
 LIMIT %(limit)s
+"""
+
+# What ANALYZE knows of the commonest lexemes: terms found here at a high frequency are
+# "common" without counting their rows (which would read thousands of heap pages).
+_COMMON_LEXEMES = """
+SELECT e.elem, e.freq, (
+    SELECT greatest(reltuples, 0)::bigint FROM pg_class
+    WHERE oid = 'bailing_knowledge_chunk'::regclass
+)
+FROM pg_stats s,
+     unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
+WHERE s.schemaname = current_schema() AND s.tablename = 'bailing_knowledge_chunk'
+  AND s.attname = 'search_vector' AND e.elem IS NOT NULL
 """
 
 _VECTOR_INDEXED = f"""
@@ -166,6 +191,34 @@ def _is_timeout(exc: DatabaseError) -> bool:
     return isinstance(exc.__cause__, psycopg.errors.QueryCanceled)
 
 
+_lexeme_cache: dict[str, tuple[float, dict[str, float], int]] = {}
+LEXEME_STATS_SECONDS = 60.0
+
+
+def _common_lexemes(cursor) -> tuple[dict[str, float], int]:  # type: ignore[no-untyped-def]
+    """Frequencies of the commonest lexemes and the table size, cached for a minute.
+
+    Statistics move slowly (ANALYZE runs after many writes), so one catalog read a minute
+    per process is enough; without statistics (a new, small table) every term is counted.
+    """
+    key = connection.settings_dict.get("NAME") or ""
+    now = time.monotonic()
+    cached = _lexeme_cache.get(key)
+    if cached is not None and now - cached[0] < LEXEME_STATS_SECONDS:
+        return cached[1], cached[2]
+    cursor.execute(_COMMON_LEXEMES)
+    rows = cursor.fetchall()
+    frequencies = {elem: float(freq) for elem, freq, _ in rows}
+    total = int(rows[0][2]) if rows else 0
+    _lexeme_cache[key] = (now, frequencies, total)
+    return frequencies, total
+
+
+def clear_lexeme_statistics() -> None:
+    """Forget cached lexeme statistics (after a bulk load and ANALYZE, or in tests)."""
+    _lexeme_cache.clear()
+
+
 def _tsquery_term(term: str) -> str:
     return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
 
@@ -263,40 +316,44 @@ class HybridSearch:
         return ranking
 
     def _lexical(self, kb_ids: list[int]) -> list[int]:
-        terms = lexical_query_terms(self.query)[:MAX_QUERY_TERMS]
+        terms = lexical_query_terms(self.query, stopwords=ENGLISH_STOPWORDS)[:MAX_QUERY_TERMS]
         if not terms:
             return []
         params = self._params(kb_ids)
-        quoted = [_tsquery_term(t) for t in terms]
         with connection.cursor() as cursor:
-            cursor.execute(_DF_PROBE, {**params, "terms": quoted, "cap": self.cap})
-            df = dict(cursor.fetchall())
-            present = [t for t in quoted if df.get(t, 0) > 0]
+            frequencies, total = _common_lexemes(cursor)
+            # Terms ANALYZE already knows to be common are not counted again.
+            known = {t: int(frequencies[t] * total) for t in terms if t in frequencies}
+            to_count = [_tsquery_term(t) for t in terms if known.get(t, 0) < self.cap]
+            counted: dict[str, int] = {}
+            if to_count:
+                cursor.execute(_DF_PROBE, {**params, "terms": to_count, "cap": self.cap})
+                counted = dict(cursor.fetchall())
+            df = {_tsquery_term(t): counted.get(_tsquery_term(t), known.get(t, 0)) for t in terms}
+            present = [t for t in df if df[t] > 0]
             if not present:
                 return []
             rare = [t for t in present if df[t] < self.cap]
-            kept = rare or present
-            total = max(self._estimated_chunks(cursor), max(df[t] for t in kept))
+            if rare:
+                kept, tsquery = rare, " | ".join(rare)
+            else:
+                # Only common terms: require all of them, which is far more selective.
+                kept, tsquery = present, " & ".join(present)
+            total = max(total, max(df[t] for t in kept), 1)
             weights = [math.log(1 + (total - df[t] + 0.5) / (df[t] + 0.5)) for t in kept]
             cursor.execute(
                 _LEXICAL,
                 {
                     **params,
-                    "tsquery": " | ".join(kept),
+                    "tsquery": tsquery,
                     "terms": kept,
                     "weights": weights,
                     "cap": self.cap,
+                    "scan_cap": self.cap * len(kept),
                     "limit": self.candidates,
                 },
             )
             return [row[0] for row in cursor.fetchall()]
-
-    def _estimated_chunks(self, cursor) -> int:  # type: ignore[no-untyped-def]
-        cursor.execute(
-            "SELECT greatest(reltuples, 0)::bigint FROM pg_class "
-            "WHERE oid = 'bailing_knowledge_chunk'::regclass"
-        )
-        return int(cursor.fetchone()[0]) or 1
 
     def _vector(self, kb_ids: list[int], embedder_alias: str) -> list[int]:
         embedder = get_embedder(embedder_alias)

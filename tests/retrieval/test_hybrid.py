@@ -88,6 +88,7 @@ def test_the_lexical_leg_is_served_by_an_index(kb):
             terms=["'refund'", "'charger'"],
             weights=[1.0, 1.0],
             cap=5000,
+            scan_cap=10000,
             limit=40,
         ),
     )
@@ -109,9 +110,14 @@ def test_a_small_kb_among_many_rows_is_not_starved(kb, route):
     assert result.status == "ok"
 
 
-def test_common_terms_are_dropped_when_rare_ones_remain(kb, settings):
+@pytest.mark.parametrize("analyzed", [False, True], ids=["counted", "from-statistics"])
+def test_common_terms_are_dropped_when_rare_ones_remain(kb, settings, analyzed):
     _corpus(kb, 20)
     upsert_document(kb, "rare.md", "Rare", "# Rare\n\nThe zeppelin refund clause.")
+    if analyzed:
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE bailing_knowledge_chunk")
+    hybrid.clear_lexeme_statistics()
     settings.BAILING_KNOWLEDGE = {"SEARCH_COMMON_TERM_CHUNKS": 5}
     result = HybridSearch("zeppelin refund", [kb], Visibility(), use_vector=False).run(
         max_hits=3, per_document=1
@@ -134,3 +140,16 @@ def test_a_timed_out_leg_makes_the_answer_partial(kb, settings):
     result = search.run(max_hits=3)
     assert result.status == "partial"
     assert result.legs_ok == 1
+
+
+def test_a_query_of_only_common_terms_requires_all_of_them(kb, settings):
+    _corpus(kb, 20)
+    upsert_document(kb, "both.md", "Both", "# Both\n\nrefund " * 3 + "charger " * 3)
+    hybrid.clear_lexeme_statistics()
+    settings.BAILING_KNOWLEDGE = {"SEARCH_COMMON_TERM_CHUNKS": 1}
+    result = HybridSearch("refund charger", [kb], Visibility(), use_vector=False).run(
+        max_hits=30, per_document=1, max_documents=30
+    )
+    assert result.hits
+    for hit in result.hits:
+        assert "refund" in hit.text and "charger" in hit.text
