@@ -287,7 +287,10 @@ class HybridSearch:
             cursor.execute(
                 "SELECT set_config('statement_timeout', %s, true), "
                 "set_config('hnsw.ef_search', %s, true), "
-                "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                # The legs' cost estimates cross the JIT threshold, and compiling them costs
+                # more than running them.
+                "set_config('jit', 'off', true)",
                 [f"{timeout}ms", str(int(knowledge_settings.SEARCH_EF_SEARCH))],
             )
 
