@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
     # Search: candidates fetched per leg before fusion and validation.
     "SEARCH_CANDIDATES": 40,
     # Vector-leg neighbours less similar than this (cosine similarity) are not candidates.
-    "SEARCH_MIN_SIMILARITY": 0.1,
+    "SEARCH_MIN_SIMILARITY": 0.2,
     # HNSW ef_search for the vector leg (recall/latency trade-off).
     "SEARCH_EF_SEARCH": 64,
     # A query term found in at least this many chunks is treated as too common to rank on.

@@ -90,6 +90,9 @@ class BaseEmbedder:
     #: embedders with the same `model_name` produce interchangeable vectors; a change means
     #: stored vectors must be recomputed.
     model_name: str
+    #: Weight of this embedder's ranking in the hybrid fusion (the lexical leg's is 1.0);
+    #: `FUSION_WEIGHT` next to `BACKEND` in the settings overrides it.
+    fusion_weight: ClassVar[float] = 1.0
 
     def __init__(self, alias: str = "default", options: Mapping[str, Any] | None = None) -> None:
         self.alias = alias
@@ -314,6 +317,8 @@ class HashingEmbedder(BaseEmbedder):
 
     VERSION: ClassVar[int] = 1
     option_names = frozenset({"DIMENSIONS"})
+    # A weaker signal than full-text search on its own: it refines the ranking, not leads it.
+    fusion_weight: ClassVar[float] = 0.35
 
     def __init__(self, alias: str = "default", options: Mapping[str, Any] | None = None) -> None:
         super().__init__(alias, options)
@@ -748,9 +753,12 @@ def _build(alias: str) -> BaseEmbedder:
     where = f"{where}[{alias!r}]"
     if not isinstance(config, Mapping) or not isinstance(config.get("BACKEND"), str):
         raise ImproperlyConfigured(f"{where} must be a dict with a 'BACKEND' dotted path.")
-    extra = sorted(set(config) - {"BACKEND", "OPTIONS"})
+    extra = sorted(set(config) - {"BACKEND", "OPTIONS", "FUSION_WEIGHT"})
     if extra:
         raise ImproperlyConfigured(f"{where}: unknown key(s) {', '.join(extra)}.")
+    weight = config.get("FUSION_WEIGHT", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 10:
+        raise ImproperlyConfigured(f"{where}['FUSION_WEIGHT'] must be a number from 0 to 10.")
     backend = knowledge_settings.import_from(config["BACKEND"])
     if not (isinstance(backend, type) and issubclass(backend, BaseEmbedder)):
         raise ImproperlyConfigured(f"{where}['BACKEND'] must name a BaseEmbedder subclass.")

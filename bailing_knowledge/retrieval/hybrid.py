@@ -180,6 +180,18 @@ class SearchResult:
         return "partial" if self.legs_ok else "unavailable"
 
 
+def fusion_weight(alias: str) -> float:
+    """A vector leg's weight in the fusion, relative to the lexical leg's 1.0.
+
+    `FUSION_WEIGHT` in the embedder's entry of `EMBEDDERS`; by default the backend's own
+    `fusion_weight` (trained models 1.0; the hashing embedder less, being a weaker signal).
+    """
+    config = knowledge_settings.EMBEDDERS.get(alias, {})
+    if "FUSION_WEIGHT" in config:
+        return float(config["FUSION_WEIGHT"])
+    return float(getattr(get_embedder(alias), "fusion_weight", 1.0))
+
+
 def searchable_knowledge_bases(
     kbs: Sequence[KnowledgeBase], visibility: Visibility
 ) -> list[KnowledgeBase]:
@@ -263,18 +275,18 @@ class HybridSearch:
         and chunks of at most `max_documents` documents."""
         if not self.kbs:
             return self.result
-        rankings: list[list[int]] = []
+        rankings: list[tuple[float, list[int]]] = []
         with transaction.atomic():
             self._configure()
             if self.use_lexical:
                 ranking = self._leg(self._lexical, [kb.pk for kb in self.kbs])
                 if ranking is not None:
-                    rankings.append(ranking)
+                    rankings.append((1.0, ranking))
             if self.use_vector:
                 for kb_ids, embedder_alias in self._embedder_groups():
                     ranking = self._leg(self._vector, kb_ids, embedder_alias)
                     if ranking is not None:
-                        rankings.append(ranking)
+                        rankings.append((fusion_weight(embedder_alias), ranking))
             scores = self._fuse(rankings)
             self.result.hits = self._select(
                 scores, max_hits, min_score, per_document, max_documents or max_hits
@@ -379,15 +391,15 @@ class HybridSearch:
             return [row[0] for row in cursor.fetchall()]
 
     @staticmethod
-    def _fuse(rankings: list[list[int]]) -> dict[int, float]:
-        """Reciprocal rank fusion, scaled so that first place in every leg scores 1.0."""
+    def _fuse(rankings: list[tuple[float, list[int]]]) -> dict[int, float]:
+        """Weighted reciprocal rank fusion, scaled so that first place in every leg is 1.0."""
         if not rankings:
             return {}
-        best = len(rankings) / (RRF_K + 1)
+        best = sum(weight for weight, _ in rankings) / (RRF_K + 1)
         scores: dict[int, float] = {}
-        for ranking in rankings:
+        for weight, ranking in rankings:
             for rank, chunk_id in enumerate(ranking, start=1):
-                scores[chunk_id] = scores.get(chunk_id, 0.0) + 1.0 / (RRF_K + rank)
+                scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (RRF_K + rank)
         return {chunk_id: score / best for chunk_id, score in scores.items()}
 
     def _select(

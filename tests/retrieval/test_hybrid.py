@@ -153,3 +153,27 @@ def test_a_query_of_only_common_terms_requires_all_of_them(kb, settings):
     assert result.hits
     for hit in result.hits:
         assert "refund" in hit.text and "charger" in hit.text
+
+
+def test_weighted_fusion_scores_first_place_everywhere_as_one():
+    scores = HybridSearch._fuse([(1.0, [10, 11]), (0.35, [11, 12])])
+    assert scores[11] > scores[10] > scores[12]
+    assert HybridSearch._fuse([(1.0, [7]), (0.35, [7])])[7] == pytest.approx(1.0)
+
+
+def test_fusion_weight_comes_from_the_embedder_or_its_settings(settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from bailing_knowledge.retrieval.embedders import get_embedder
+
+    assert hybrid.fusion_weight("default") == 0.35
+    backend = "bailing_knowledge.retrieval.embedders.HashingEmbedder"
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {"default": {"BACKEND": backend, "FUSION_WEIGHT": 2}}
+    }
+    assert hybrid.fusion_weight("default") == 2.0
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {"default": {"BACKEND": backend, "FUSION_WEIGHT": -1}}
+    }
+    with pytest.raises(ImproperlyConfigured):
+        get_embedder("default")
