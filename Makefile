@@ -32,5 +32,14 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+## Latency and throughput: full stack against raw SQL at 10k and 100k chunks, ingestion, read.
+## Builds the benchmark databases on first use (a few minutes), then reuses them.
+bench: $(STAMP)
+	$(PY) -m benchmarks.perf
+
+## Retrieval quality (nDCG@10, Recall@3) of lexical, vector and hybrid search on a BEIR set.
+bench-quality: $(STAMP)
+	$(PY) -m benchmarks.quality $(DATASET)
+
 clean:
 	rm -rf $(VENV) .data .pytest_cache .ruff_cache .hypothesis

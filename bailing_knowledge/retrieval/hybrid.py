@@ -30,7 +30,8 @@ from .tokenization import ENGLISH_STOPWORDS, lexical_query_terms
 
 logger = logging.getLogger("bailing_knowledge")
 
-RRF_K = 60
+# Measured on NFCorpus and CMRC 2018 (docs/performance.md): 10 beats the customary 60 on both.
+RRF_K = 10
 MAX_QUERY_TERMS = 32
 
 # A chunk `c` of a document `d` is visible: current revision of a ready document, and the

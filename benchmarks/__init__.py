@@ -1,0 +1,1 @@
+"""Benchmarks of bailing_knowledge: latency, ingestion throughput and retrieval quality."""

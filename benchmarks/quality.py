@@ -1,0 +1,393 @@
+"""`make bench-quality DATASET=...`: retrieval quality on a BEIR data set.
+
+The corpus is loaded into a fresh knowledge base in its own benchmark database, one
+document per corpus entry (title and text, through `upsert_document`). Every test query is
+then run through `HybridSearch` directly (the HTTP endpoint returns at most 3 hints) with one
+hit per document and ten documents, in three configurations: lexical only, vector only
+(the default hashing embedder) and hybrid. A document's score is its best chunk's.
+
+Metrics, averaged over all test queries (a query without hits scores 0): nDCG@10 with the
+graded relevance as gain, Recall@3 and Recall@10. Then variants, one knob at a time and a
+few combinations: settings through `override_settings(BAILING_KNOWLEDGE=...)` (candidates,
+similarity floor, ef_search, common-term cap, the vector leg's `FUSION_WEIGHT`), and the RRF
+constant by patching `hybrid.RRF_K` in this process (nothing is edited).
+Results go to `.data/bench/quality-<dataset>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    BeirDataset,
+    code_version,
+    create_database,
+    heading,
+    load_beir,
+    print_table,
+    setup_django,
+    write_json,
+)
+
+KB_SLUG = "quality"
+
+# Reference figures from the data sets' READMEs (nDCG@10 on test; Recall@3 where given).
+REFERENCES: dict[str, list[tuple[str, float, float | None]]] = {
+    "nfcorpus": [
+        ("BM25 (k1 0.9, b 0.4, word tokens, no stemming)", 0.3045, 0.1025),
+        ("BM25 published (BEIR, stemmed)", 0.325, None),
+        ("all-MiniLM-L6-v2 (dense, exact)", 0.3159, None),
+        ("RRF of BM25 and MiniLM", 0.3453, None),
+    ],
+    "cmrc2018-retrieval": [
+        ("BM25 on word tokens (unsegmented Chinese)", 0.166, None),
+        ("BM25 on CJK character bigrams", 0.983, None),
+    ],
+}
+
+CONFIGS = {
+    "lexical only": {"use_vector": False, "use_lexical": True},
+    "vector only": {"use_vector": True, "use_lexical": False},
+    "hybrid": {"use_vector": True, "use_lexical": True},
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+
+
+def ndcg_at(ranked: Sequence[str], relevant: dict[str, int], k: int = 10) -> float:
+    dcg = sum(relevant.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(ranked[:k]))
+    ideal = sorted(relevant.values(), reverse=True)[:k]
+    idcg = sum(grade / math.log2(i + 2) for i, grade in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall_at(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
+    return len(set(ranked[:k]) & set(relevant)) / len(relevant) if relevant else 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Loading and searching
+
+
+def load_corpus(data: BeirDataset, dbname: str) -> dict[str, Any]:
+    """A fresh database and KB holding the corpus; returns load facts."""
+    from bailing_knowledge import services
+    from bailing_knowledge.ingestion.documents import upsert_document
+
+    create_database(dbname)
+    services.create_knowledge_base(KB_SLUG, title=f"Quality: {data.name}")
+    start = time.perf_counter()
+    chunks = 0
+    for doc_id, (title, text) in data.corpus.items():
+        title = title.strip() or doc_id
+        body = f"{title}\n\n{text}" if text.strip() else title
+        chunks += upsert_document(KB_SLUG, doc_id, title[:500], body).chunks
+    seconds = time.perf_counter() - start
+    return {
+        "documents": len(data.corpus),
+        "chunks": chunks,
+        "seconds": round(seconds, 1),
+        "chunks_per_s": round(chunks / seconds),
+    }
+
+
+class Evaluator:
+    """Runs test queries through `HybridSearch` and scores the documents it returns."""
+
+    def __init__(self, data: BeirDataset, limit: int | None) -> None:
+        from bailing_knowledge.models import Document, KnowledgeBase
+
+        self.data = data
+        self.kbs = list(KnowledgeBase.objects.filter(slug=KB_SLUG))
+        self.source_keys = dict(
+            Document.objects.filter(knowledge_base__in=self.kbs).values_list("pk", "source_key")
+        )
+        self.query_ids = sorted(data.qrels)[:limit] if limit else sorted(data.qrels)
+
+    def ranking(self, query: str, use_vector: bool, use_lexical: bool) -> list[str]:
+        from bailing_knowledge.retrieval.hybrid import HybridSearch, Visibility
+
+        result = HybridSearch(
+            query, self.kbs, Visibility(), use_vector=use_vector, use_lexical=use_lexical
+        ).run(max_hits=10, per_document=1, max_documents=10)
+        return [self.source_keys[hit.document_id] for hit in result.hits]
+
+    def evaluate(self, use_vector: bool = True, use_lexical: bool = True) -> dict[str, Any]:
+        ndcg, recall3, recall10, empty, times = [], [], [], 0, []
+        for query_id in self.query_ids:
+            relevant = self.data.qrels[query_id]
+            start = time.perf_counter()
+            ranked = self.ranking(self.data.queries[query_id], use_vector, use_lexical)
+            times.append(time.perf_counter() - start)
+            empty += not ranked
+            ndcg.append(ndcg_at(ranked, relevant))
+            recall3.append(recall_at(ranked, relevant, 3))
+            recall10.append(recall_at(ranked, relevant, 10))
+        return {
+            "ndcg_at_10": round(statistics.fmean(ndcg), 4),
+            "recall_at_3": round(statistics.fmean(recall3), 4),
+            "recall_at_10": round(statistics.fmean(recall10), 4),
+            "queries_without_hits": empty,
+            "search_p50_ms": round(statistics.median(times) * 1000, 2),
+            "per_query_ndcg": ndcg,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Variants of the hybrid configuration
+
+
+@contextlib.contextmanager
+def knowledge_settings(**overrides: Any) -> Iterator[None]:
+    from django.test import override_settings
+
+    with override_settings(BAILING_KNOWLEDGE=overrides):
+        yield
+
+
+@contextlib.contextmanager
+def rrf_k(value: int) -> Iterator[None]:
+    from bailing_knowledge.retrieval import hybrid
+
+    saved = hybrid.RRF_K
+    hybrid.RRF_K = value
+    try:
+        yield
+    finally:
+        hybrid.RRF_K = saved
+
+
+def vector_weight(weight: float) -> dict[str, Any]:
+    """`EMBEDDERS` with the default hashing embedder at fusion weight `weight`."""
+    return {
+        "default": {
+            "BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder",
+            "OPTIONS": {},
+            "FUSION_WEIGHT": weight,
+        }
+    }
+
+
+@contextlib.contextmanager
+def combined(*contexts: contextlib.AbstractContextManager[None]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for context in contexts:
+            stack.enter_context(context)
+        yield
+
+
+Variant = tuple[str, Callable[[], contextlib.AbstractContextManager[None]], dict[str, bool]]
+HYBRID = {"use_vector": True, "use_lexical": True}
+VECTOR = {"use_vector": True, "use_lexical": False}
+
+
+def variants() -> list[Variant]:
+    """(label, context, legs): one knob at a time around the defaults, then combinations."""
+
+    def settings(**overrides: Any) -> Callable[[], contextlib.AbstractContextManager[None]]:
+        return lambda: knowledge_settings(**overrides)
+
+    return [
+        ("hybrid, defaults", contextlib.nullcontext, HYBRID),
+        ("hybrid, SEARCH_CANDIDATES 20", settings(SEARCH_CANDIDATES=20), HYBRID),
+        ("hybrid, SEARCH_CANDIDATES 100", settings(SEARCH_CANDIDATES=100), HYBRID),
+        ("hybrid, SEARCH_MIN_SIMILARITY 0.1", settings(SEARCH_MIN_SIMILARITY=0.1), HYBRID),
+        ("hybrid, SEARCH_MIN_SIMILARITY 0.3", settings(SEARCH_MIN_SIMILARITY=0.3), HYBRID),
+        ("hybrid, RRF k 10", lambda: rrf_k(10), HYBRID),
+        ("hybrid, RRF k 30", lambda: rrf_k(30), HYBRID),
+        ("hybrid, RRF k 120", lambda: rrf_k(120), HYBRID),
+        ("hybrid, vector FUSION_WEIGHT 1.0", settings(EMBEDDERS=vector_weight(1.0)), HYBRID),
+        ("hybrid, vector FUSION_WEIGHT 0.5", settings(EMBEDDERS=vector_weight(0.5)), HYBRID),
+        ("hybrid, vector FUSION_WEIGHT 0.25", settings(EMBEDDERS=vector_weight(0.25)), HYBRID),
+        (
+            "hybrid, SEARCH_COMMON_TERM_CHUNKS 1000",
+            settings(SEARCH_COMMON_TERM_CHUNKS=1000),
+            HYBRID,
+        ),
+        ("hybrid, SEARCH_EF_SEARCH 200", settings(SEARCH_EF_SEARCH=200), HYBRID),
+        ("hybrid, SEARCH_EF_SEARCH 1000 (near exact)", settings(SEARCH_EF_SEARCH=1000), HYBRID),
+        ("vector only, SEARCH_EF_SEARCH 200", settings(SEARCH_EF_SEARCH=200), VECTOR),
+        (
+            "vector only, SEARCH_EF_SEARCH 1000 (near exact)",
+            settings(SEARCH_EF_SEARCH=1000),
+            VECTOR,
+        ),
+        (
+            "hybrid, ef_search 200 + min similarity 0.3",
+            settings(SEARCH_EF_SEARCH=200, SEARCH_MIN_SIMILARITY=0.3),
+            HYBRID,
+        ),
+        (
+            "hybrid, ef_search 200 + vector weight 0.5",
+            settings(SEARCH_EF_SEARCH=200, EMBEDDERS=vector_weight(0.5)),
+            HYBRID,
+        ),
+        (
+            "hybrid, ef_search 200 + vector weight 0.5 + min similarity 0.3",
+            settings(SEARCH_EF_SEARCH=200, SEARCH_MIN_SIMILARITY=0.3, EMBEDDERS=vector_weight(0.5)),
+            HYBRID,
+        ),
+        (
+            "hybrid, RRF k 10 + ef_search 200",
+            lambda: combined(knowledge_settings(SEARCH_EF_SEARCH=200), rrf_k(10)),
+            HYBRID,
+        ),
+        (
+            "hybrid, RRF k 10 + ef_search 200 + vector weight 0.5",
+            lambda: combined(
+                knowledge_settings(SEARCH_EF_SEARCH=200, EMBEDDERS=vector_weight(0.5)), rrf_k(10)
+            ),
+            HYBRID,
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Retrieval quality on a BEIR data set.")
+    parser.add_argument("dataset", type=Path)
+    parser.add_argument("--limit", type=int, help="only the first N test queries")
+    parser.add_argument("--no-variants", action="store_true", help="skip the variants")
+    parser.add_argument(
+        "--variant-limit",
+        type=int,
+        default=500,
+        help="the variants run on the first N test queries (default 500)",
+    )
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    setup_django()
+
+    data = load_beir(args.dataset)
+    name = data.name
+    dbname = "bench_quality_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    heading(f"{name}: {len(data.corpus):,} documents, {len(data.qrels):,} test queries")
+    load = load_corpus(data, dbname)
+    print(
+        f"loaded into {dbname} through upsert_document: {load['chunks']:,} chunks in "
+        f"{load['seconds']} s ({load['chunks_per_s']} chunks/s)"
+    )
+    evaluator = Evaluator(data, args.limit)
+    results: dict[str, Any] = {
+        "dataset": name,
+        "queries": len(evaluator.query_ids),
+        "load": load,
+        "code": code_version(),
+        "configs": {},
+    }
+    for label, config in CONFIGS.items():
+        results["configs"][label] = evaluator.evaluate(**config)
+
+    heading("Document-level quality (test split)")
+    rows: list[list[Any]] = [
+        [
+            label,
+            r["ndcg_at_10"],
+            r["recall_at_3"],
+            r["recall_at_10"],
+            r["queries_without_hits"],
+            r["search_p50_ms"],
+        ]
+        for label, r in results["configs"].items()
+    ]
+    rows += [
+        [f"reference: {ref}", ndcg, recall3 if recall3 is not None else "", "", "", ""]
+        for ref, ndcg, recall3 in REFERENCES.get(name, [])
+    ]
+    print_table(["system", "nDCG@10", "Recall@3", "Recall@10", "no hits", "p50 ms"], rows)
+
+    configs = results["configs"]
+    best_leg = max(configs["lexical only"]["ndcg_at_10"], configs["vector only"]["ndcg_at_10"])
+    hybrid = configs["hybrid"]
+    results["hybrid_vs_best_leg"] = round(hybrid["ndcg_at_10"] - best_leg, 4)
+    wins = losses = 0
+    for h, lexical, vector in zip(
+        hybrid["per_query_ndcg"],
+        configs["lexical only"]["per_query_ndcg"],
+        configs["vector only"]["per_query_ndcg"],
+        strict=True,
+    ):
+        wins += h > max(lexical, vector) + 1e-9
+        losses += h < max(lexical, vector) - 1e-9
+    results["per_query"] = {"hybrid_above_both_legs": wins, "hybrid_below_best_leg": losses}
+    # Paired standard error of the mean difference, hybrid minus each leg, over the queries.
+    for leg in ("lexical only", "vector only"):
+        differences = [
+            h - other
+            for h, other in zip(
+                hybrid["per_query_ndcg"], configs[leg]["per_query_ndcg"], strict=True
+            )
+        ]
+        results["per_query"][f"hybrid_minus_{leg.split()[0]}"] = {
+            "mean": round(statistics.fmean(differences), 4),
+            "standard_error": round(statistics.stdev(differences) / math.sqrt(len(differences)), 4),
+        }
+    print(
+        f"hybrid - best leg: {results['hybrid_vs_best_leg']:+.4f} nDCG@10; per query, hybrid "
+        f"beats both legs on {wins} and trails the better leg on {losses} of "
+        f"{len(evaluator.query_ids)}"
+    )
+    for key in ("hybrid_minus_lexical", "hybrid_minus_vector"):
+        difference = results["per_query"][key]
+        print(
+            f"{key}: {difference['mean']:+.4f} "
+            f"(paired standard error {difference['standard_error']})"
+        )
+
+    if not args.no_variants:
+        heading("Variants")
+        subset = Evaluator(data, min(filter(None, (args.variant_limit, args.limit)), default=None))
+        print(f"on {len(subset.query_ids)} test queries\n")
+        results["variants_queries"] = len(subset.query_ids)
+        results["variants"] = []
+        for label, context, legs in variants():
+            with context():
+                r = subset.evaluate(**legs)
+            results["variants"].append(
+                {
+                    "variant": label,
+                    "ndcg_at_10": r["ndcg_at_10"],
+                    "recall_at_3": r["recall_at_3"],
+                    "recall_at_10": r["recall_at_10"],
+                    "search_p50_ms": r["search_p50_ms"],
+                }
+            )
+            print(f"  {label}: nDCG@10 {r['ndcg_at_10']:.4f}", flush=True)
+        print()
+        print_table(
+            ["variant", "nDCG@10", "Recall@3", "Recall@10", "p50 ms"],
+            [
+                [
+                    v["variant"],
+                    v["ndcg_at_10"],
+                    v["recall_at_3"],
+                    v["recall_at_10"],
+                    v["search_p50_ms"],
+                ]
+                for v in results["variants"]
+            ],
+        )
+
+    for config in configs.values():
+        del config["per_query_ndcg"]
+    results["seconds"] = round(time.perf_counter() - started, 1)
+    path = write_json(f"quality-{name}.json", results)
+    print(f"total {results['seconds']} s; results in .data/bench/{path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

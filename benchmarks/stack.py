@@ -1,0 +1,188 @@
+"""The two sides of every latency comparison: the full Django stack and the raw SQL.
+
+"Full stack" is an in-process `django.test.Client` request with a real bearer token: the
+middleware, URL routing, authentication, the route re-check, DRF, the service, the budgets
+and the JSON rendering all run; no socket or HTTP server is involved. The test client keeps
+Django's connection open by itself, so each request is wrapped in `close_old_connections()`
+as a WSGI server's `request_started`/`request_finished` signals do: persistent connections
+(`CONN_MAX_AGE`) and their health checks then behave as they do in production.
+
+"Raw SQL" is the same hybrid query without anything around it: the statements
+`HybridSearch` sends for a query (transaction settings, term statistics and df probe,
+lexical leg, vector leg, candidate fetch, validation) are recorded once with their exact
+parameters, then replayed on a plain psycopg connection that binds parameters on the client
+as Django does. The replay leaves out the savepoints around each leg, the embedder call,
+the Python around the SQL (fusion, signing, budgets) and the framework. Recording instead
+of re-implementing keeps the comparison exact whatever the hybrid query looks like.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .common import raw_connection, use_database
+
+API = "/agent-api/v1/workspaces/{route}/knowledge/{action}"
+
+
+class Agent:
+    """An agent calling the API in-process with a bearer token, one request at a time."""
+
+    def __init__(self, token: str, route: str) -> None:
+        from django.test import Client
+
+        self.http = Client()
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.route = route
+
+    def call(
+        self, method: str, action: str, body: dict[str, Any] | None = None
+    ) -> tuple[float, dict[str, Any]]:
+        """(seconds, decoded JSON) of one request; the JSON is decoded outside the timing."""
+        from django.db import close_old_connections
+
+        path = API.format(route=self.route, action=action)
+        kwargs: dict[str, Any] = {"headers": self.headers}
+        if body is not None:
+            kwargs.update(data=json.dumps(body), content_type="application/json")
+        start = time.perf_counter()
+        close_old_connections()  # request_started
+        response = getattr(self.http, method)(path, **kwargs)
+        elapsed = time.perf_counter() - start
+        close_old_connections()  # request_finished: after the response is out
+        if response.status_code != 200:
+            raise RuntimeError(f"{action}: HTTP {response.status_code} {response.content[:300]!r}")
+        return elapsed, json.loads(response.content)
+
+    def post(self, action: str, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        return self.call("post", action, body)
+
+
+# The statements of a search, by what they do (matched on their SQL text).
+STEP_MARKERS = (
+    ("configure", "set_config('statement_timeout'"),
+    ("probe", "most_common_elems"),
+    ("probe", "unnest(%(terms)s::text[])"),
+    ("probe", "'bailing_knowledge_chunk'::regclass"),
+    ("lexical", "ts_rank_cd"),
+    ("vector", "<=>"),
+    ("fetch", "c.id = ANY(%(ids)s)"),
+)
+STEPS = ("configure", "probe", "lexical", "vector", "fetch", "other")
+
+
+def step_of(sql: str) -> str:
+    for step, marker in STEP_MARKERS:
+        if marker in sql:
+            return step
+    return "other"
+
+
+@dataclass(frozen=True)
+class CapturedSearch:
+    """The SQL one search runs: each statement with its parameters, in order."""
+
+    query: str
+    statements: tuple[tuple[str, Any], ...]
+
+    def of(self, step: str) -> list[tuple[str, Any]]:
+        return [(sql, params) for sql, params in self.statements if step_of(sql) == step]
+
+
+def capture_search(session: Any, route: Any, query: str) -> CapturedSearch:
+    """Run the search service for `query` and record the statements `HybridSearch` sends.
+
+    The ORM queries before the search (the route's KBs) and the savepoints around each leg
+    are left out: what remains is the hybrid query itself, with the exact parameters the
+    service computed (terms, weights, the query vector, candidate ids).
+    """
+    from django.db import connection
+
+    from bailing_knowledge import constants
+    from bailing_knowledge.services.search import find_hits
+
+    log: list[tuple[str, Any]] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        log.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        find_hits(session, route, query, max_hits=min(constants.SEARCH_MAX_RESULTS, route.max_docs))
+    first = next(i for i, (sql, _) in enumerate(log) if step_of(sql) == "configure")
+    statements = tuple(
+        (sql, params)
+        for sql, params in log[first:]
+        if not sql.lstrip().upper().startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
+    )
+    return CapturedSearch(query, statements)
+
+
+class RawSQL:
+    """Replays captured searches on a plain psycopg connection, one transaction each."""
+
+    def __init__(self, dbname: str) -> None:
+        self.conn = raw_connection(dbname)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def replay(self, search: CapturedSearch, spent: dict[str, float] | None = None) -> None:
+        with self.conn.cursor() as cursor:
+            for sql, params in search.statements:
+                start = time.perf_counter()
+                cursor.execute(sql, params)
+                if cursor.description is not None:
+                    cursor.fetchall()
+                if spent is not None:
+                    step = step_of(sql)
+                    spent[step] = spent.get(step, 0.0) + time.perf_counter() - start
+        self.conn.commit()
+
+    def timed(self, search: CapturedSearch) -> float:
+        start = time.perf_counter()
+        self.replay(search)
+        return time.perf_counter() - start
+
+
+@dataclass
+class Bench:
+    """One benchmark database with a fresh agent session and a raw connection."""
+
+    dbname: str
+    agent: Agent
+    raw: RawSQL
+    session: Any
+    route: Any
+
+    def capture(self, query: str) -> CapturedSearch:
+        return capture_search(self.session, self.route, query)
+
+    def close(self) -> None:
+        from django.db import connection
+
+        self.raw.close()
+        connection.close()
+
+
+def open_bench(dbname: str) -> Bench:
+    from bailing_knowledge import services
+    from bailing_knowledge.models import AgentSession, Route
+
+    from .build import CLIENT_APP_ID, ROUTE_KEY
+
+    use_database(dbname)
+    AgentSession.objects.filter(client__app_id=CLIENT_APP_ID).delete()  # earlier runs'
+    issued = services.issue_session(
+        CLIENT_APP_ID, principal_id="bench-user", routes=[ROUTE_KEY], lifetime=3600
+    )
+    return Bench(
+        dbname,
+        Agent(issued.access_token, ROUTE_KEY),
+        RawSQL(dbname),
+        issued.session,
+        Route.objects.get(route_key=ROUTE_KEY),
+    )
