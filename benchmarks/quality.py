@@ -191,6 +191,7 @@ def vector_weight(weight: float) -> dict[str, Any]:
 Variant = tuple[str, Callable[[], contextlib.AbstractContextManager[None]], dict[str, bool]]
 HYBRID = {"use_vector": True, "use_lexical": True}
 VECTOR = {"use_vector": True, "use_lexical": False}
+LEXICAL = {"use_vector": False, "use_lexical": True}
 
 
 def variants() -> list[Variant]:
@@ -200,6 +201,8 @@ def variants() -> list[Variant]:
         return lambda: knowledge_settings(**overrides)
 
     return [
+        ("lexical only", contextlib.nullcontext, LEXICAL),
+        ("vector only", contextlib.nullcontext, VECTOR),
         (f"hybrid, defaults ({defaults()})", contextlib.nullcontext, HYBRID),
         ("hybrid, SEARCH_CANDIDATES 20", settings(SEARCH_CANDIDATES=20), HYBRID),
         ("hybrid, SEARCH_CANDIDATES 100", settings(SEARCH_CANDIDATES=100), HYBRID),
