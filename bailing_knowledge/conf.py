@@ -38,8 +38,9 @@ DEFAULTS: dict[str, Any] = {
     "SEARCH_CANDIDATES": 40,
     # Vector-leg neighbours less similar than this (cosine similarity) are not candidates.
     "SEARCH_MIN_SIMILARITY": 0.2,
-    # HNSW ef_search for the vector leg (recall/latency trade-off).
-    "SEARCH_EF_SEARCH": 64,
+    # HNSW ef_search for the vector leg (recall/latency trade-off); 128 makes up for the
+    # sparser half-precision index (docs/performance.md).
+    "SEARCH_EF_SEARCH": 128,
     # A query term found in at least this many chunks is treated as too common to rank on.
     "SEARCH_COMMON_TERM_CHUNKS": 5000,
     # Upper bound for one search's SQL, in milliseconds (0 disables it).

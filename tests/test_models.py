@@ -129,6 +129,19 @@ def test_chunk_span_and_embedding_dimensions(kb):
     _violates(lambda: Chunk.objects.create(ordinal=2, start=0, end=1, **base))
 
 
+def test_the_embedding_index_is_half_precision_and_partial():
+    """The shipped HNSW index: halfvec copies of the 384-dimension embeddings (cheaper to
+    maintain on insert than full-precision ones), m 8, ef_construction 32."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'bk_chunk_embedding_hnsw_384'"
+        )
+        (definition,) = cursor.fetchone()
+    assert "USING hnsw (((embedding)::halfvec(384)) halfvec_cosine_ops)" in definition
+    assert "WITH (m='8', ef_construction='32')" in definition
+    assert definition.endswith("WHERE (embedding_dimensions = 384)")
+
+
 def test_content_hash_is_length_prefixed():
     assert content_hash("ab", "c") != content_hash("a", "bc")
     assert content_hash("a", "b") == content_hash("a", "b")

@@ -95,6 +95,11 @@ WHERE s.schemaname = current_schema() AND s.tablename = 'bailing_knowledge_chunk
   AND s.attname = 'search_vector' AND e.elem IS NOT NULL
 """
 
+# The nearest chunks are found by the HNSW index, which holds half-precision vectors: the
+# ORDER BY is the indexed expression, `embedding::halfvec(384) <=> query::halfvec(384)`,
+# written exactly so the planner can use the index. The distance returned (and compared with
+# `max_distance`) is the exact one on the full-precision vectors; the outer query re-sorts
+# the candidates by it.
 _VECTOR_INDEXED = f"""
 WITH nearest AS MATERIALIZED (
     SELECT c.id,
@@ -102,23 +107,24 @@ WITH nearest AS MATERIALIZED (
              <=> %(vector)s::vector({constants.INDEXED_EMBEDDING_DIMENSIONS}) AS distance
     FROM bailing_knowledge_chunk c, bailing_knowledge_document d
     WHERE c.embedding_dimensions = {constants.INDEXED_EMBEDDING_DIMENSIONS} AND {_VISIBLE}
-    ORDER BY c.embedding::vector({constants.INDEXED_EMBEDDING_DIMENSIONS})
-             <=> %(vector)s::vector({constants.INDEXED_EMBEDDING_DIMENSIONS})
+    ORDER BY c.embedding::halfvec({constants.INDEXED_EMBEDDING_DIMENSIONS})
+             <=> %(vector)s::halfvec({constants.INDEXED_EMBEDDING_DIMENSIONS})
     LIMIT %(limit)s
 )
 SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY distance, id
 """
 
 # Other dimensions: `{dimensions}` is written into the SQL (an int) so that an operator's
-# partial index `USING hnsw ((embedding::vector(N)) vector_cosine_ops) WHERE
-# embedding_dimensions = N` matches the expression; without one the search is exact.
+# partial index `USING hnsw ((embedding::halfvec(N)) halfvec_cosine_ops) WHERE
+# embedding_dimensions = N` matches the ORDER BY expression; without one the search is exact
+# (on half-precision vectors). The distance returned is, as above, the full-precision one.
 _VECTOR_OTHER = f"""
 WITH nearest AS MATERIALIZED (
     SELECT c.id, c.embedding::vector({{dimensions}}) <=> %(vector)s::vector({{dimensions}})
              AS distance
     FROM bailing_knowledge_chunk c, bailing_knowledge_document d
     WHERE c.embedding_dimensions = {{dimensions}} AND {_VISIBLE}
-    ORDER BY c.embedding::vector({{dimensions}}) <=> %(vector)s::vector({{dimensions}})
+    ORDER BY c.embedding::halfvec({{dimensions}}) <=> %(vector)s::halfvec({{dimensions}})
     LIMIT %(limit)s
 )
 SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY distance, id

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 from django.db import connection, transaction
 
-from bailing_knowledge import services
+from bailing_knowledge import constants, services
 from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.models import Chunk
 from bailing_knowledge.retrieval import hybrid
 from bailing_knowledge.retrieval.embedders import get_embedder
 from bailing_knowledge.retrieval.hybrid import HybridSearch, Visibility
@@ -64,6 +66,55 @@ def _params(kb, **extra):
     return {"kbs": [kb.pk], "audience": "", "roles": [], **extra}
 
 
+HASHING = "bailing_knowledge.retrieval.embedders.HashingEmbedder"
+
+
+@pytest.fixture
+def small_kb(settings, route):
+    """A KB whose embedder makes 64-dimension vectors: the shipped index does not cover it."""
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {
+            "default": {"BACKEND": HASHING},
+            "small": {"BACKEND": HASHING, "OPTIONS": {"DIMENSIONS": 64}},
+        }
+    }
+    small = services.create_knowledge_base("small", embedder="small")
+    services.bind_knowledge_bases(route, [small])
+    return small
+
+
+def _vector_leg_sql(dimensions: int) -> str:
+    if dimensions == constants.INDEXED_EMBEDDING_DIMENSIONS:
+        return hybrid._VECTOR_INDEXED
+    return hybrid._VECTOR_OTHER.format(dimensions=dimensions)
+
+
+def _literal(vector) -> str:
+    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+
+
+def _run_vector_leg(sql: str, params: dict) -> list[tuple[int, float]]:
+    """The leg's rows, with the index preferred as it is at scale."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        cursor.execute("SET LOCAL hnsw.ef_search = 1000")
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _distances(kb, literal: str, dimensions: int, kind: str) -> dict[int, float]:
+    """Every chunk's cosine distance to the query, computed on `kind` (vector or halfvec)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, embedding::{kind}({dimensions}) <=> %s::{kind}({dimensions}) "
+            "FROM bailing_knowledge_chunk WHERE knowledge_base_id = %s",
+            [literal, kb.pk],
+        )
+        return dict(cursor.fetchall())
+
+
 def test_the_vector_leg_scans_the_hnsw_index(kb):
     _corpus(kb, 30)
     vector = get_embedder().embed_query("refund for a broken charger")
@@ -74,6 +125,72 @@ def test_the_vector_leg_scans_the_hnsw_index(kb):
         ordered=True,
     )
     assert "bk_chunk_embedding_hnsw_384" in plan, plan
+
+
+@pytest.mark.parametrize("dimensions", [384, 64], ids=["indexed", "other"])
+def test_the_vector_leg_returns_exact_full_precision_distances(kb, small_kb, dimensions):
+    """The index orders by half-precision vectors; distances, and so the similarity floor
+    and the order of the candidates, are those of the stored full-precision vectors."""
+    target = kb if dimensions == 384 else small_kb
+    _corpus(target, 30)
+    vector = get_embedder(target.embedder).embed_query("refund for a broken charger")
+    assert len(vector) == dimensions
+    literal = _literal(vector)
+    sql = _vector_leg_sql(dimensions)
+    rows = _run_vector_leg(sql, _params(target, vector=literal, limit=1000, max_distance=2.0))
+    exact = _distances(target, literal, dimensions, "vector")
+    half = _distances(target, literal, dimensions, "halfvec")
+    assert len(rows) == len(exact) > 1
+    for chunk_id, distance in rows:
+        assert distance == exact[chunk_id]
+    # The check above could not tell the two apart if they were equal.
+    assert any(half[chunk_id] != exact[chunk_id] for chunk_id in exact)
+    assert [d for _, d in rows] == sorted(exact.values())
+
+    # ... and they are the cosine distances of the vectors themselves.
+    query = [float(x) for x in literal[1:-1].split(",")]
+    embeddings = dict(Chunk.objects.filter(knowledge_base=target).values_list("id", "embedding"))
+    for chunk_id, distance in rows:
+        stored = [float(x) for x in embeddings[chunk_id]]
+        dot = sum(a * b for a, b in zip(stored, query, strict=True))
+        norms = math.sqrt(sum(a * a for a in stored) * sum(b * b for b in query))
+        assert distance == pytest.approx(1 - dot / norms, abs=1e-6)
+
+    # The similarity floor is applied to the exact distance, to the last bit.
+    floor = sorted(exact.values())[len(exact) // 2]
+    params = _params(target, vector=literal, limit=1000, max_distance=floor)
+    kept = {chunk_id for chunk_id, _ in _run_vector_leg(sql, params)}
+    assert kept == {chunk_id for chunk_id, d in exact.items() if d <= floor}
+    params["max_distance"] = math.nextafter(floor, 0.0)
+    kept = {chunk_id for chunk_id, _ in _run_vector_leg(sql, params)}
+    assert kept == {chunk_id for chunk_id, d in exact.items() if d < floor}
+
+
+# The index docs/embedders.md tells operators to create for another size.
+OPERATOR_INDEX = """
+CREATE INDEX bk_chunk_embedding_hnsw_64 ON bailing_knowledge_chunk
+USING hnsw ((embedding::halfvec(64)) halfvec_cosine_ops)
+WITH (m = 8, ef_construction = 32) WHERE embedding_dimensions = 64
+"""
+
+
+def test_other_dimensions_use_an_operators_halfvec_index(small_kb):
+    literal = _literal(get_embedder("small").embed_query("refund for a broken charger"))
+    params = _params(small_kb, vector=literal, limit=40, max_distance=0.9)
+    sql = hybrid._VECTOR_OTHER.format(dimensions=64)
+    assert "bk_chunk_embedding_hnsw" not in _plan(sql, params, ordered=True)
+    # Before any row: CREATE INDEX refuses to run with deferred constraint checks pending.
+    with connection.cursor() as cursor:
+        cursor.execute(OPERATOR_INDEX)
+    _corpus(small_kb, 30)
+    plan = _plan(sql, params, ordered=True)
+    assert "bk_chunk_embedding_hnsw_64" in plan, plan
+    result = HybridSearch("refund charger", [small_kb], Visibility(), use_lexical=False).run(
+        max_hits=5, per_document=1, max_documents=5
+    )
+    assert result.status == "ok"
+    assert len(result.hits) == 5
+    assert {hit.knowledge_base_id for hit in result.hits} == {small_kb.pk}
 
 
 def test_the_lexical_leg_is_served_by_an_index(kb):
