@@ -148,10 +148,15 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _GRAPHEME = regex.compile(r"\X")
 
 
+def storable_text(text: str) -> str:
+    """`text` without NUL and unpaired surrogates, which PostgreSQL text and UTF-8 cannot
+    hold."""
+    return _UNSTORABLE.sub("", text)
+
+
 def normalize_text(text: str) -> str:
-    """Newlines as `\\n`; without NUL and unpaired surrogates, which PostgreSQL text and
-    UTF-8 cannot hold. Everything else is kept as is."""
-    return _UNSTORABLE.sub("", _NEWLINES.sub("\n", text))
+    """Newlines as `\\n`, and `storable_text`. Everything else is kept as is."""
+    return storable_text(_NEWLINES.sub("\n", text))
 
 
 def _clean_title(title: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import struct
 import threading
 import time
 
@@ -11,8 +13,10 @@ from django.db import connection, connections
 
 from bailing_knowledge import services
 from bailing_knowledge.ingestion import documents as ingest
-from bailing_knowledge.ingestion.tasks import run_task
+from bailing_knowledge.ingestion.chunker import chunk_spans
+from bailing_knowledge.ingestion.tasks import run_task, task_name
 from bailing_knowledge.models import Chunk, Document, content_hash
+from bailing_knowledge.retrieval.embedders import EmbedderError, HashingEmbedder
 
 pytestmark = pytest.mark.django_db
 
@@ -239,3 +243,324 @@ def test_a_concurrent_reader_sees_the_old_or_the_new_revision_never_a_mix():
         assert texts_match
         revisions_seen.add(document_revision)
     assert len(revisions_seen) > 1
+
+
+# --------------------------------------------------------------------------------------------
+# What the bulk writer stores
+
+
+def _float4(values):
+    return struct.unpack(f">{len(values)}f", struct.pack(f">{len(values)}f", *values))
+
+
+def test_chunks_hold_the_embedders_vectors_and_the_lexical_terms(kb):
+    from bailing_knowledge.retrieval.embedders import get_embedder
+    from bailing_knowledge.retrieval.tokenization import lexical_text
+
+    body = (
+        "# 退货\n\n退货政策：三十天内可以退货。Returns café — naïve “quotes” \\ backslash.\n\n"
+        + BODY
+    )
+    document = ingest.upsert_document(kb, "a.md", "Title", body).document
+    chunks = _chunks(document)
+    vectors = get_embedder(kb.embedder).embed_documents([c.text for c in chunks])
+    with connection.cursor() as cursor:
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            # float4 storage: the embedder's values rounded to single precision, exactly.
+            assert _float4(chunk.embedding) == _float4(vector)
+            cursor.execute(
+                "SELECT search_vector = to_tsvector('simple', %s), text_hash = %s "
+                "FROM bailing_knowledge_chunk WHERE id = %s",
+                [
+                    lexical_text(chunk.text),
+                    hashlib.sha256(chunk.text.encode()).hexdigest(),
+                    chunk.pk,
+                ],
+            )
+            assert cursor.fetchone() == (True, True)
+
+
+def test_the_staging_table_is_empty_after_a_write(kb):
+    ingest.upsert_document(kb, "a.md", "Title", BODY)
+    ingest.upsert_document(kb, "b.md", "Title", BODY + " More.")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM bailing_knowledge_chunk_stage")
+        assert cursor.fetchone() == (0,)
+
+
+# --------------------------------------------------------------------------------------------
+# upsert_documents
+
+
+def _inputs(*documents):
+    return [ingest.DocumentInput(*document) for document in documents]
+
+
+def test_upsert_documents_gives_one_result_per_input_in_order(kb):
+    ingest.upsert_document(kb, "kept.md", "Kept", BODY, {"roles": ["a"]})
+    ingest.upsert_document(kb, "changed.md", "Changed", BODY)
+    results = list(
+        ingest.upsert_documents(
+            kb,
+            _inputs(
+                ("new.md", "New", BODY + " New."),
+                ("kept.md", "Kept", BODY, {"roles": ["b"]}),
+                ("bad.md", "Bad", "  "),
+                ("changed.md", "Changed", BODY + " Changed."),
+                ("new.md", "New", BODY + " New again."),  # the same key twice
+                ("", "No key", BODY),
+            ),
+            batch_size=3,
+        )
+    )
+    assert [(r.source_key, r.outcome) for r in results] == [
+        ("new.md", "created"),
+        ("kept.md", "unchanged"),
+        ("bad.md", "failed"),
+        ("changed.md", "updated"),
+        ("new.md", "updated"),
+        ("", "failed"),
+    ]
+    assert "body" in results[2].error and "source_key" in results[5].error
+    new = Document.objects.get(source_key="new.md")
+    assert (new.revision, new.body) == (2, BODY + " New again.")
+    assert {c.revision for c in _chunks(new)} == {2}
+    assert Document.objects.get(source_key="kept.md").metadata == {"roles": ["b"]}
+    assert Document.objects.get(source_key="changed.md").revision == 2
+    assert not Document.objects.filter(source_key="bad.md").exists()
+    assert results[0].chunks == len(_chunks(new)) or results[4].chunks == len(_chunks(new))
+
+
+def test_the_last_version_of_a_key_wins_across_batches(kb):
+    ingest.upsert_document(kb, "x.md", "X", BODY)
+    results = ingest.upsert_documents(
+        kb,
+        _inputs(("x.md", "X", BODY + " B."), ("y.md", "Y", BODY), ("x.md", "X", BODY)),
+        batch_size=2,
+    )
+    assert [r.outcome for r in results] == ["updated", "created", "updated"]
+    document = Document.objects.get(source_key="x.md")
+    assert (document.body, document.revision) == (BODY, 3)
+
+
+def test_upsert_documents_stores_what_upsert_document_stores(db):
+    one = services.create_knowledge_base("one")
+    many = services.create_knowledge_base("many")
+    bodies = [f"# Part {n}\n\n" + BODY.replace("topic", f"subject {n}") for n in range(5)]
+    for n, body in enumerate(bodies):
+        ingest.upsert_document(one, f"{n}.md", f"Part {n}", body)
+    list(
+        ingest.upsert_documents(
+            many, _inputs(*[(f"{n}.md", f"Part {n}", body) for n, body in enumerate(bodies)])
+        )
+    )
+
+    def stored(kb):
+        return [
+            (c.document.source_key, c.ordinal, c.start, c.end, c.text, c.text_hash, *c.embedding)
+            for c in Chunk.objects.filter(knowledge_base=kb)
+            .select_related("document")
+            .order_by("document__source_key", "ordinal")
+        ]
+
+    assert stored(one) == stored(many)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM bailing_knowledge_chunk a JOIN bailing_knowledge_chunk b "
+            "ON a.text_hash = b.text_hash AND a.ordinal = b.ordinal "
+            "WHERE a.knowledge_base_id = %s AND b.knowledge_base_id = %s "
+            "AND a.search_vector = b.search_vector",
+            [one.pk, many.pk],
+        )
+        assert cursor.fetchone()[0] == Chunk.objects.filter(knowledge_base=one).count()
+
+
+class PoisonEmbedder(HashingEmbedder):
+    """Fails any call that includes a text containing POISON."""
+
+    def embed_documents(self, texts):
+        if any("POISON" in text for text in texts):
+            raise EmbedderError("poisoned")
+        return super().embed_documents(texts)
+
+
+def test_an_embedding_failure_fails_only_its_document(kb, settings):
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {"default": {"BACKEND": "tests.ingestion.test_documents.PoisonEmbedder"}}
+    }
+    ingest.upsert_document(kb, "served.md", "Served", BODY)
+    results = list(
+        ingest.upsert_documents(
+            kb,
+            _inputs(
+                ("a.md", "A", BODY),
+                ("served.md", "Served", BODY + " POISON"),
+                ("b.md", "B", "POISON " + BODY),
+                ("c.md", "C", BODY + " C."),
+            ),
+        )
+    )
+    assert [r.outcome for r in results] == ["created", "failed", "failed", "created"]
+    assert all("poisoned" in r.error for r in results[1:3])
+    served = Document.objects.get(source_key="served.md")
+    assert (served.status, served.revision, served.body) == ("ready", 1, BODY)
+    assert "poisoned" in served.last_error
+    assert Document.objects.get(source_key="b.md").status == "failed"
+    assert Document.objects.filter(status="ready").count() == 3
+
+
+class OutOfRangeEmbedder(HashingEmbedder):
+    """Spoils the vector of a text with a marker in it."""
+
+    def embed_documents(self, texts):
+        vectors = super().embed_documents(texts)
+        for text, vector in zip(texts, vectors, strict=True):
+            if "HUGE" in text:
+                vector[3] = 1e6
+            elif "NAN" in text:
+                vector[3] = float("nan")
+            elif "INF" in text:
+                vector[3] = float("-inf")
+            elif "SHORT" in text:
+                vector.pop()
+        return vectors
+
+
+def test_vectors_the_index_cannot_hold_fail_their_document_clearly(kb, settings):
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {"default": {"BACKEND": "tests.ingestion.test_documents.OutOfRangeEmbedder"}}
+    }
+    markers = ["HUGE", "NAN", "INF", "SHORT", "fine"]
+    results = list(
+        ingest.upsert_documents(kb, _inputs(*[(f"{m}.md", m, f"{BODY} {m}") for m in markers]))
+    )
+    assert [r.outcome for r in results] == ["failed"] * 4 + ["created"]
+    assert all("65504" in r.error for r in results[:3])
+    assert "383 dimensions, not 384" in results[3].error
+    assert Chunk.objects.count() == results[4].chunks
+
+
+def test_upsert_documents_with_a_queueing_runner_queues_changed_documents(kb, settings):
+    ingest.upsert_document(kb, "kept.md", "Kept", BODY)
+    settings.BAILING_KNOWLEDGE = {"TASK_RUNNER": "tests.ingestion.test_documents.queueing_runner"}
+    queued.clear()
+    results = list(
+        ingest.upsert_documents(
+            kb, _inputs(("kept.md", "Kept", BODY), ("new.md", "New", BODY), ("bad.md", "B", ""))
+        )
+    )
+    assert [r.outcome for r in results] == ["unchanged", "queued", "failed"]
+    ((name, kwargs),) = queued
+    assert (name, kwargs["source_key"]) == (task_name(ingest.index_document), "new.md")
+
+
+def test_stopping_early_writes_only_the_batch_of_the_last_result(kb):
+    ingest.upsert_document(kb, "kept.md", "Kept", BODY, {"roles": ["old"]})
+    documents = [(f"{n}.md", f"Doc {n}", f"{BODY} {n}.") for n in range(6)]
+    documents[2] = ("kept.md", "Kept", BODY, {"roles": ["new"]})  # in the second batch
+    results = ingest.upsert_documents(kb, _inputs(*documents), batch_size=2)
+    first = next(results)
+    results.close()
+    assert first.outcome == "created"
+    keys = set(Document.objects.values_list("source_key", flat=True))
+    assert keys == {"0.md", "1.md", "kept.md"}
+    assert Document.objects.get(source_key="kept.md").metadata == {"roles": ["old"]}
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        (("k.md", "T", None), "body"),
+        ((7, "T", "Body"), "source_key"),
+        (("k\x00.md", "T", "Body"), "source_key"),
+        (("k.md", "T", "Body", {"when": object()}), "metadata"),
+        (("k.md", "T", "Body", {"score": float("nan")}), "metadata"),
+    ],
+)
+def test_bad_input_of_any_kind_fails_only_its_document(kb, document, field):
+    results = list(ingest.upsert_documents(kb, _inputs(("a.md", "A", BODY), document)))
+    assert [r.outcome for r in results] == ["created", "failed"]
+    assert results[1].error.startswith(f"{field}: ")
+    assert list(Document.objects.values_list("source_key", flat=True)) == ["a.md"]
+
+
+def test_unpaired_surrogates_are_removed_like_nul(kb):
+    result = ingest.upsert_document(kb, "a.md", "Ti\ud800tle", "Bo\udc00dy\x00 text")
+    assert (result.document.title, result.document.body) == ("Title", "Body text")
+
+
+def test_the_staging_types_are_the_staging_tables(kb):
+    ingest.upsert_document(kb, "a.md", "Title", BODY)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT format_type(atttypid, NULL) FROM pg_attribute "
+            "WHERE attrelid = 'bailing_knowledge_chunk_stage'::regclass AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum"
+        )
+        actual = [row[0] for row in cursor.fetchall()]
+    # Binary-compatible: varchar takes text's binary form; a vector is sent as raw bytes in
+    # pgvector's binary form.
+    compatible = {("text", "character varying"), ("bytea", "vector")}
+    sent = list(ingest._STAGE_TYPES)
+    assert len(actual) == len(sent)
+    assert all(a == s or (s, a) in compatible for s, a in zip(sent, actual, strict=True)), actual
+
+
+def test_many_writes_in_one_transaction_leave_the_stage_empty(kb):
+    from django.db import transaction
+
+    with transaction.atomic():
+        for n in range(4):
+            ingest.upsert_document(kb, f"{n}.md", "Title", f"{BODY} {n}")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM bailing_knowledge_chunk_stage")
+            assert cursor.fetchone() == (0,)
+    for document in Document.objects.all():
+        assert [(c.start, c.end) for c in _chunks(document)] == [
+            (span.start, span.end) for span in chunk_spans(document.body)
+        ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_bulk_writers_of_the_same_keys_both_succeed():
+    kb = services.create_knowledge_base("busy")
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def writer(version: int) -> None:
+        try:
+            barrier.wait(10)
+            documents = [(f"{n}.md", f"Doc {n}", f"{BODY} v{version} n{n}.") for n in range(12)]
+            order = documents if version else documents[::-1]
+            for result in ingest.upsert_documents(kb, _inputs(*order), batch_size=4):
+                assert result.outcome in ("created", "updated"), result
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(v,)) for v in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    assert Document.objects.filter(knowledge_base=kb).count() == 12
+    for document in Document.objects.filter(knowledge_base=kb):
+        chunks = _chunks(document)
+        assert chunks and {c.revision for c in chunks} == {document.revision}
+        assert all(c.text == document.body[c.start : c.end] for c in chunks)
+
+
+def test_batches_start_small_and_respect_their_limits():
+    documents = _inputs(*[(f"{n}.md", "T", "x") for n in range(200)])
+    sizes = [len(batch) for batch in ingest._batches(documents, 64)]
+    assert sizes == [4, 8, 16, 32, 64, 64, 12]
+    repeated = _inputs(("a", "T", "x"), ("b", "T", "x"), ("a", "T", "y"), ("c", "T", "x"))
+    assert [[d.source_key for d in b] for b in ingest._batches(repeated, 64)] == [
+        ["a", "b"],
+        ["a", "c"],
+    ]
+    big = "x" * (ingest.BATCH_CHARACTERS // 2)
+    heavy = _inputs(*[(f"{n}.md", "T", big) for n in range(8)])
+    assert [len(b) for b in ingest._batches(heavy, 4)] == [2, 2, 2, 2]

@@ -63,3 +63,27 @@ def test_unknown_kb_and_missing_paths(kb, tmp_path):
         run("knowledge_ingest", "nope", str(tmp_path))
     with pytest.raises(CommandError, match="No such file"):
         run("knowledge_ingest", "handbook", str(tmp_path / "missing"))
+
+
+def test_each_failure_names_its_own_file(kb, tmp_path, settings):
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {"default": {"BACKEND": "tests.ingestion.test_documents.PoisonEmbedder"}}
+    }
+    root = tmp_path / "batch"
+    root.mkdir()
+    for name, text in [
+        ("a.md", "# A\n\nFine text."),
+        ("b.md", "# B\n\nPOISON text."),
+        ("c.txt", "\ufeff"),  # no text once loaded: a loader failure
+        ("d.md", "# D\n\nMore fine text."),
+    ]:
+        (root / name).write_text(text, encoding="utf-8")
+    summary = run_json("knowledge_ingest", "handbook", str(root))
+    assert (summary["new"], summary["failed"]) == (2, 2)
+    errors = {Path(f["path"]).name: f["error"] for f in summary["failures"]}
+    assert set(errors) == {"b.md", "c.txt"}
+    assert "poisoned" in errors["b.md"]
+    assert set(Document.objects.filter(status="ready").values_list("source_key", flat=True)) == {
+        "a.md",
+        "d.md",
+    }

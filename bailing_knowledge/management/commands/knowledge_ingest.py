@@ -3,6 +3,7 @@
 A file's `source_key` is its path relative to the directory given (or its name when the file
 itself is given), so ingesting a changed file again updates the same document and an
 unchanged one is skipped. Unsupported or unreadable files are reported, never fatal.
+Documents go through `upsert_documents`: batched, with embedding overlapping the writes.
 """
 
 from __future__ import annotations
@@ -10,15 +11,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from django.core.exceptions import ObjectDoesNotExist, ValidationError
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bailing_knowledge.ingestion.documents import upsert_document
-from bailing_knowledge.ingestion.loaders import LoaderError, discover, load_file
+from bailing_knowledge.ingestion.documents import DocumentInput, upsert_documents
+from bailing_knowledge.ingestion.loaders import Discovered, LoaderError, discover, load_file
 from bailing_knowledge.services import get_knowledge_base
 
 OUTCOME_LABELS = {"created": "new", "updated": "updated", "unchanged": "unchanged"}
@@ -50,22 +52,34 @@ class Command(BaseCommand):
         unsupported = [str(item.path) for item in found if not item.supported]
         todo = [item for item in found if item.supported]
         progress = not options["no_progress"] and not options["json"] and sys.stderr.isatty()
-        for number, item in enumerate(todo, start=1):
+        loaded_paths: deque[Path] = deque()  # paths of the documents not yet reported, in order
+        done = 0
+
+        def report(name: str) -> None:
+            nonlocal done
+            done += 1
             if progress:
-                self._progress(number, len(todo), item.source_key)
-            try:
-                loaded = load_file(item.path, source_key=item.source_key)
-                result = upsert_document(
-                    kb, item.source_key, loaded.title, loaded.body, loaded.metadata
-                )
-            except (LoaderError, ValidationError) as exc:
-                failures.append({"path": str(item.path), "error": _message(exc)})
-                counts["failed"] += 1
-                continue
+                self._progress(done, len(todo), name)
+
+        def documents(items: Sequence[Discovered]) -> Iterator[DocumentInput]:
+            for item in items:
+                try:
+                    loaded = load_file(item.path, source_key=item.source_key)
+                except LoaderError as exc:
+                    failures.append({"path": str(item.path), "error": str(exc)})
+                    counts["failed"] += 1
+                    report(item.source_key)
+                    continue
+                loaded_paths.append(item.path)
+                yield DocumentInput(item.source_key, loaded.title, loaded.body, loaded.metadata)
+
+        for result in upsert_documents(kb, documents(todo)):
+            path = loaded_paths.popleft()
             if result.outcome == "failed":
-                failures.append({"path": str(item.path), "error": result.error})
+                failures.append({"path": str(path), "error": result.error})
             counts[OUTCOME_LABELS.get(result.outcome, result.outcome)] += 1
             counts["chunks"] += result.chunks
+            report(result.source_key)
         if progress:
             sys.stderr.write("\n")
         summary = {
@@ -104,9 +118,3 @@ class Command(BaseCommand):
             self.stderr.write(f"failed: {failure['path']}: {failure['error']}")
         for path in summary["unsupported_files"]:
             self.stderr.write(f"unsupported: {path}")
-
-
-def _message(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return "; ".join(exc.messages)
-    return str(exc)
