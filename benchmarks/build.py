@@ -3,13 +3,11 @@
 Documents are realistic text: NFCorpus abstracts joined into documents of 4-12 abstracts,
 each copy varied (a sentence dropped, the sentences rotated) so that no chunk repeats.
 
-How the rows are written: chunking and embedding run through the product's own
-`ingestion.documents._prepare` (chunker + the default `HashingEmbedder`) in two forked worker
-processes; the rows have exactly the shape `_write_chunks` writes (text hash, vector,
-`to_tsvector('simple', <lexical terms>)`) but are bulk-loaded with COPY, and the HNSW and GIN
-indexes are dropped during the load and re-created from their own definitions afterwards
-(building an HNSW index is much faster than inserting 100k rows into one). One large
-document (about 1 MB, for the read benchmark) is then ingested through `upsert_document`.
+How the rows are written: through the product's own `upsert_documents` (chunker, the default
+`HashingEmbedder`, binary COPY), with the HNSW and GIN indexes dropped during the load and
+re-created from their own definitions afterwards (building an HNSW index is much faster than
+inserting 100k rows into one). One large document (about 1 MB, for the read benchmark) is
+then ingested through `upsert_document`, indexes in place.
 
 A database is reused when its recorded build version matches (see `build_version`), so a
 second `make bench` skips the build.
@@ -17,8 +15,6 @@ second `make bench` skips the build.
 
 from __future__ import annotations
 
-import hashlib
-import multiprocessing
 import random
 import time
 from collections.abc import Sequence
@@ -35,7 +31,7 @@ from .common import (
     use_database,
 )
 
-BUILD_VERSION = "bench-build-3"
+BUILD_VERSION = "bench-build-4"
 KB_SLUG = "bench"
 ROUTE_KEY = "bench"
 CLIENT_APP_ID = "bench-agent"
@@ -72,35 +68,7 @@ def build_version(target_chunks: int, dataset: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Worker side: chunk + embed + row shape, exactly as `_write_chunks` builds its rows.
-
-
-def _prepare_rows(item: tuple[int, str, str]) -> tuple[int, str, str, list[tuple[Any, ...]]]:
-    from bailing_knowledge.ingestion import documents
-    from bailing_knowledge.models import KnowledgeBase
-    from bailing_knowledge.retrieval.tokenization import lexical_terms
-
-    number, title, body = item
-    kb = KnowledgeBase(slug=KB_SLUG, embedder="default")
-    chunks, dimensions = documents._prepare(kb, body)
-    rows = [
-        (
-            chunk.ordinal,
-            chunk.start,
-            chunk.end,
-            chunk.text,
-            hashlib.sha256(chunk.text.encode("utf-8")).hexdigest(),
-            documents._vector_literal(chunk.embedding or []),
-            dimensions,
-            " ".join(lexical_terms(chunk.text)),
-        )
-        for chunk in chunks
-    ]
-    return number, title, body, rows
-
-
-# --------------------------------------------------------------------------------------------
-# Parent side
+# Loading
 
 
 def big_document(corpus: Sequence[tuple[str, str]]) -> tuple[str, str]:
@@ -126,41 +94,14 @@ def _setup_catalog() -> None:
     services.create_client(CLIENT_APP_ID, name="Benchmark agent", routes=[route])
 
 
-def _write_batch(kb: Any, batch: list[tuple[str, str, list[tuple[Any, ...]]]], first: int) -> None:
-    """Documents via the ORM (ready, revision 1), their chunk rows via COPY to the stage."""
-    from django.db import connection, transaction
-
-    from bailing_knowledge.models import Document, content_hash
-
-    with transaction.atomic():
-        documents = Document.objects.bulk_create(
-            Document(
-                knowledge_base=kb,
-                source_key=f"doc-{first + offset:06d}.md",
-                title=title,
-                body=body,
-                content_hash=content_hash(title, body),
-                status=Document.Status.READY,
-                revision=1,
-            )
-            for offset, (title, body, _) in enumerate(batch)
-        )
-        with (
-            connection.cursor() as cursor,
-            cursor.cursor.copy("COPY bench_chunk_stage FROM STDIN") as copy,
-        ):
-            for document, (_, _, rows) in zip(documents, batch, strict=True):
-                for row in rows:
-                    copy.write_row((document.pk, *row))
-
-
 def _bulk_load(corpus: Sequence[tuple[str, str]], target_chunks: int) -> dict[str, Any]:
-    """Load about `target_chunks` chunks; returns counts and timings."""
-    from django.db import connection, connections
+    """Load about `target_chunks` chunks through `upsert_documents`, the indexes dropped."""
+    from django.db import connection
 
-    from bailing_knowledge.models import KnowledgeBase
+    from bailing_knowledge.conf import knowledge_settings
+    from bailing_knowledge.ingestion.chunker import chunk_spans
+    from bailing_knowledge.ingestion.documents import DocumentInput, upsert_documents
 
-    kb = KnowledgeBase.objects.get(slug=KB_SLUG)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE indexname = ANY(%s)", [list(INDEXES)]
@@ -168,54 +109,33 @@ def _bulk_load(corpus: Sequence[tuple[str, str]], target_chunks: int) -> dict[st
         definitions = dict(cursor.fetchall())
         for name in INDEXES:
             cursor.execute(f'DROP INDEX "{name}"')
-        cursor.execute(
-            "CREATE UNLOGGED TABLE bench_chunk_stage (document_id bigint, ordinal int, "
-            '"start" int, "end" int, "text" text, text_hash text, embedding vector, '
-            "embedding_dimensions smallint, lexical_text text)"
-        )
 
     source = synthetic_documents(corpus, seed=SEED)
-    # Chunks per document, from a sample, to hand the workers a finite list of documents.
-    sample = [_prepare_rows((0, *next(source)))[3] for _ in range(40)]
-    per_document = sum(map(len, sample)) / len(sample)
-    connections.close_all()  # nothing shared with the forked workers
+    counted = 0
+
+    def inputs() -> Any:
+        nonlocal counted
+        number = 0
+        while counted < target_chunks:
+            title, body = next(source)
+            counted += len(
+                chunk_spans(
+                    body,
+                    target_chars=knowledge_settings.CHUNK_TARGET_CHARS,
+                    overlap_chars=knowledge_settings.CHUNK_OVERLAP_CHARS,
+                )
+            )
+            yield DocumentInput(f"doc-{number:06d}.md", title, body)
+            number += 1
 
     started = time.perf_counter()
     chunks = documents = 0
-    batch: list[tuple[str, str, list[tuple[Any, ...]]]] = []
-    context = multiprocessing.get_context("fork")
-    with context.Pool(2) as pool:
-        while chunks < target_chunks:
-            wanted = int((target_chunks - chunks) / per_document * 1.05) + 20
-            work = ((number, *next(source)) for number in range(wanted))
-            for _, title, body, rows in pool.imap(_prepare_rows, work, chunksize=8):
-                batch.append((title, body, rows))
-                chunks += len(rows)
-                if len(batch) == 100 or chunks >= target_chunks:
-                    _write_batch(kb, batch, documents)
-                    documents += len(batch)
-                    batch = []
-                if chunks >= target_chunks:
-                    break
-            if batch:
-                _write_batch(kb, batch, documents)
-                documents += len(batch)
-                batch = []
-        pool.terminate()
+    for result in upsert_documents(KB_SLUG, inputs()):
+        if result.outcome != "created":
+            raise RuntimeError(f"{result.source_key}: {result.outcome} {result.error}")
+        chunks += result.chunks
+        documents += 1
     loaded = time.perf_counter()
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO bailing_knowledge_chunk (document_id, knowledge_base_id, revision, "
-            'ordinal, "start", "end", "text", text_hash, embedding, embedding_dimensions, '
-            "search_vector) "
-            'SELECT document_id, %s, 1, ordinal, "start", "end", "text", text_hash, '
-            "embedding, embedding_dimensions, to_tsvector('simple', lexical_text) "
-            "FROM bench_chunk_stage ORDER BY document_id, ordinal",
-            [kb.pk],
-        )
-        cursor.execute("DROP TABLE bench_chunk_stage")
-    inserted = time.perf_counter()
 
     index_seconds: dict[str, float] = {}
     with connection.cursor() as cursor:
@@ -230,8 +150,7 @@ def _bulk_load(corpus: Sequence[tuple[str, str]], target_chunks: int) -> dict[st
     return {
         "documents": documents,
         "chunks": chunks,
-        "prepare_and_copy_s": round(loaded - started, 1),
-        "insert_with_tsvector_s": round(inserted - loaded, 1),
+        "upsert_documents_s": round(loaded - started, 1),
         "index_build_s": index_seconds,
     }
 

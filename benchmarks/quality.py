@@ -1,7 +1,7 @@
 """`make bench-quality DATASET=...`: retrieval quality on a BEIR data set.
 
 The corpus is loaded into a fresh knowledge base in its own benchmark database, one
-document per corpus entry (title and text, through `upsert_document`). Every test query is
+document per corpus entry (title and text, through `upsert_documents`). Every test query is
 then run through `HybridSearch` directly (the HTTP endpoint returns at most 3 hints) with one
 hit per document and ten documents, in three configurations: lexical only, vector only
 (the default hashing embedder) and hybrid. A document's score is its best chunk's.
@@ -82,16 +82,23 @@ def recall_at(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
 def load_corpus(data: BeirDataset, dbname: str) -> dict[str, Any]:
     """A fresh database and KB holding the corpus; returns load facts."""
     from bailing_knowledge import services
-    from bailing_knowledge.ingestion.documents import upsert_document
+    from bailing_knowledge.ingestion.documents import DocumentInput, upsert_documents
 
     create_database(dbname)
     services.create_knowledge_base(KB_SLUG, title=f"Quality: {data.name}")
     start = time.perf_counter()
     chunks = 0
-    for doc_id, (title, text) in data.corpus.items():
-        title = title.strip() or doc_id
-        body = f"{title}\n\n{text}" if text.strip() else title
-        chunks += upsert_document(KB_SLUG, doc_id, title[:500], body).chunks
+
+    def inputs() -> Iterator[DocumentInput]:
+        for doc_id, (title, text) in data.corpus.items():
+            title = title.strip() or doc_id
+            body = f"{title}\n\n{text}" if text.strip() else title
+            yield DocumentInput(doc_id, title[:500], body)
+
+    for result in upsert_documents(KB_SLUG, inputs()):
+        if result.outcome != "created":
+            raise RuntimeError(f"{result.source_key}: {result.outcome} {result.error}")
+        chunks += result.chunks
     seconds = time.perf_counter() - start
     # Fresh statistics before evaluating, so that autovacuum's ANALYZE cannot change which
     # terms count as common halfway through (the lexical leg reads them).
@@ -278,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     heading(f"{name}: {len(data.corpus):,} documents, {len(data.qrels):,} test queries")
     load = load_corpus(data, dbname)
     print(
-        f"loaded into {dbname} through upsert_document: {load['chunks']:,} chunks in "
+        f"loaded into {dbname} through upsert_documents: {load['chunks']:,} chunks in "
         f"{load['seconds']} s ({load['chunks_per_s']} chunks/s)"
     )
     evaluator = Evaluator(data, args.limit)
