@@ -224,18 +224,22 @@ def upsert_documents(
         return
     pool = ThreadPoolExecutor(1, thread_name_prefix="bailing-knowledge-prepare")
     try:
-        in_flight: list[tuple[list[_Slot], Future[list[_Prepared | str]]]] = []
+        # The batch being prepared: its keys, its slots and its rows to come.
+        pending: tuple[set[str], list[_Slot], Future[list[_Prepared | str]]] | None = None
         for batch in batches:
-            if in_flight and _keys(batch) & _keys(in_flight[0][0]):
+            keys = {document.source_key for document in batch}
+            if pending is not None and keys & pending[0]:
                 # A key of the batch not yet written: triage must see its new version.
-                yield from _finish(kb, *in_flight.pop(0))
+                yield from _finish(kb, *pending[1:])
+                pending = None
             slots = _triage(kb, batch)
             todos = [slot.todo for slot in slots if slot.todo is not None]
-            in_flight.append((slots, pool.submit(_prepare_all, kb.embedder, todos)))
-            if len(in_flight) > 1:
-                yield from _finish(kb, *in_flight.pop(0))
-        while in_flight:
-            yield from _finish(kb, *in_flight.pop(0))
+            future = pool.submit(_prepare_all, kb.embedder, todos)
+            if pending is not None:
+                yield from _finish(kb, *pending[1:])
+            pending = (keys, slots, future)
+        if pending is not None:
+            yield from _finish(kb, *pending[1:])
     finally:
         # Stopped early: drop the queued batch, wait for the one being prepared.
         pool.shutdown(wait=True, cancel_futures=True)
@@ -259,14 +263,6 @@ def _settled(slot: _Slot) -> UpsertResult:
         slot.unchanged = None
     assert slot.result is not None
     return slot.result
-
-
-def _keys(items: Sequence[DocumentInput] | Sequence[_Slot]) -> set[str]:
-    return {
-        item.source_key if isinstance(item, DocumentInput) else item.todo.source_key
-        for item in items
-        if isinstance(item, DocumentInput) or item.todo is not None
-    }
 
 
 def _batches(documents: Iterable[DocumentInput], size: int) -> Iterator[list[DocumentInput]]:
