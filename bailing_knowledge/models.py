@@ -108,6 +108,14 @@ class KnowledgeBase(models.Model):
         blank=True,
         help_text="When set, only sessions whose principal belongs to this tenant see the KB.",
     )
+    language = models.CharField(
+        max_length=32,
+        default="english",
+        help_text=(
+            "Language of the documents' text: its stemmer and stopwords shape lexical search "
+            "(Chinese and Japanese are indexed as character pairs whatever the language)."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
