@@ -39,6 +39,7 @@ from .conf import knowledge_settings
 from .ingestion.documents import (
     reindex_document,
     set_knowledge_base_embedder,
+    set_knowledge_base_language,
     upsert_document,
 )
 from .ingestion.loaders import LoaderError, load_file, supported_suffixes
@@ -52,6 +53,7 @@ from .models import (
     Run,
     Task,
 )
+from .retrieval.analysis import DEFAULT_LANGUAGE, LANGUAGES
 from .services.tasks import set_task_state
 
 # --------------------------------------------------------------------------- helpers
@@ -163,16 +165,24 @@ def toggle_action(
 
 
 class KnowledgeBaseForm(forms.ModelForm):
-    """Offers the embedders configured in `BAILING_KNOWLEDGE['EMBEDDERS']` as a choice."""
+    """Offers the configured embedders and the supported languages as choices."""
 
     embedder = forms.ChoiceField(
         choices=(),
         help_text="Alias of an embedder in BAILING_KNOWLEDGE['EMBEDDERS'].",
     )
+    language = forms.ChoiceField(
+        choices=list(LANGUAGES.items()),
+        initial=DEFAULT_LANGUAGE,
+        help_text=(
+            f"{KnowledgeBase._meta.get_field('language').help_text} "
+            "Changing it re-indexes the documents."
+        ),
+    )
 
     class Meta:
         model = KnowledgeBase
-        fields = ("slug", "title", "description", "enabled", "embedder", "tenant")
+        fields = ("slug", "title", "description", "enabled", "embedder", "language", "tenant")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -190,34 +200,49 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
         "enabled",
         "tenant",
         "embedder",
+        "language",
         "document_count",
         "route_count",
         "updated_at",
     )
     list_display_links = ("slug", "title")
-    list_filter = ("enabled", "embedder", "tenant")
+    list_filter = ("enabled", "embedder", "language", "tenant")
     search_fields = ("slug", "title", "description", "tenant")
     readonly_fields = ("documents_link", "created_at", "updated_at")
     prepopulated_fields = {"slug": ("title",)}
     actions = ("enable_knowledge_bases", "disable_knowledge_bases")
     fieldsets = (
         (None, {"fields": ("slug", "title", "description", "enabled")}),
-        ("Retrieval", {"fields": ("embedder", "tenant")}),
+        ("Retrieval", {"fields": ("embedder", "language", "tenant")}),
         ("Contents", {"fields": ("documents_link", "created_at", "updated_at")}),
     )
 
     def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
-        """A new embedder means new vectors: switch through the service, which re-embeds."""
-        new_embedder = obj.embedder
-        if change and "embedder" in form.changed_data:
-            obj.embedder = form.initial["embedder"]
+        """A new language or embedder means a new index: switch through the services.
+
+        The other fields are saved first, with the old values of these two; the services
+        then change them and re-index. The language goes first: its re-index only recomputes
+        lexical terms, while re-embedding recomputes everything, in the new language.
+        """
+        switches = [field for field in ("embedder", "language") if field in form.changed_data]
+        if not change or not switches:
             super().save_model(request, obj, form, change)
-            set_knowledge_base_embedder(obj, new_embedder)
-            self.message_user(
-                request, f"Documents of {obj.slug} were re-embedded with {new_embedder!r}."
-            )
             return
+        new = {field: getattr(obj, field) for field in switches}
+        for field in switches:
+            setattr(obj, field, form.initial[field])
         super().save_model(request, obj, form, change)
+        if "language" in new:
+            set_knowledge_base_language(obj, new["language"])
+            self.message_user(
+                request,
+                f"Documents of {obj.slug} were re-indexed for the language {new['language']!r}.",
+            )
+        if "embedder" in new:
+            set_knowledge_base_embedder(obj, new["embedder"])
+            self.message_user(
+                request, f"Documents of {obj.slug} were re-embedded with {new['embedder']!r}."
+            )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return (

@@ -41,8 +41,10 @@ DEFAULTS: dict[str, Any] = {
     # HNSW ef_search for the vector leg (recall/latency trade-off); 128 makes up for the
     # sparser half-precision index (docs/performance.md).
     "SEARCH_EF_SEARCH": 128,
-    # A query term found in at least this many chunks is treated as too common to rank on.
-    "SEARCH_COMMON_TERM_CHUNKS": 5000,
+    # BM25 term-frequency saturation and length normalisation of the lexical leg
+    # (docs/retrieval.md has the measurements behind the defaults).
+    "SEARCH_BM25_K1": 1.2,
+    "SEARCH_BM25_B": 0.75,
     # Upper bound for one search's SQL, in milliseconds (0 disables it).
     "SEARCH_STATEMENT_TIMEOUT_MS": 2000,
     # Upper bound (bytes, JSON-escaped) of the bodies an inline turn carries in `knowledge`.

@@ -331,7 +331,11 @@ class Chunk(models.Model):
     text_hash = models.CharField(max_length=64)
     embedding = VectorField(null=True, blank=True, editable=False)
     embedding_dimensions = models.PositiveSmallIntegerField(null=True, blank=True, editable=False)
+    # Lexemes `<term>|<level>` (GIN-indexed), each term with positions 1..tf, and the number
+    # of terms the chunk is indexed under (BM25's document length): retrieval/lexical.py.
     search_vector = SearchVectorField(null=True, editable=False)
+    lexical_terms = SearchVectorField(null=True, editable=False)
+    lexical_length = models.PositiveIntegerField(default=0, db_default=0, editable=False)
 
     class Meta:
         ordering = ["document", "revision", "ordinal"]
@@ -372,6 +376,30 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}@{self.revision}#{self.ordinal}"
+
+
+class LexiconTerm(models.Model):
+    """How many chunks of a KB hold a term, and in total how often: BM25's statistics.
+
+    The row with the empty term holds the KB's totals (chunks, and terms over all chunks).
+    Triggers on the chunk table keep the counts exact as chunks are written and deleted;
+    `top` is the highest level a posting of the term has had (an upper bound, never
+    lowered), where a search starts reading.
+    """
+
+    pk = models.CompositePrimaryKey("knowledge_base", "term")
+    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="+")
+    term = models.CharField(max_length=80, blank=True)
+    chunks = models.BigIntegerField(default=0)
+    length = models.BigIntegerField(default=0)
+    top = models.SmallIntegerField(default=0)
+
+    class Meta:
+        db_table = "bailing_knowledge_lexicon"
+        verbose_name = "lexicon term"
+
+    def __str__(self) -> str:
+        return f"{self.knowledge_base_id}:{self.term or '(totals)'}"
 
 
 class Task(models.Model):

@@ -32,11 +32,3 @@ def issued(agent_client, route):
         audience="staff",
         routes=[route],
     )
-
-
-@pytest.fixture(autouse=True)
-def _fresh_lexeme_statistics():
-    """Each test sees the statistics of its own data, not a cached earlier test's."""
-    from bailing_knowledge.retrieval.hybrid import clear_lexeme_statistics
-
-    clear_lexeme_statistics()

@@ -568,12 +568,72 @@ def test_client_form_edits_allowed_routes(admin_client, agent_client, route):
 
 def test_knowledge_base_form_offers_configured_embedders(admin_client):
     data = {"slug": "faq", "title": "FAQ", "description": "", "enabled": "on", "tenant": ""}
+    data["language"] = "english"
     response = admin_client.post(admin_url(KnowledgeBase, "add"), {**data, "embedder": "nope"})
     assert response.status_code == 200
     assert "embedder" in response.context["adminform"].form.errors
     response = admin_client.post(admin_url(KnowledgeBase, "add"), {**data, "embedder": "default"})
     assert response.status_code == 302
     assert KnowledgeBase.objects.get(slug="faq").embedder == "default"
+
+
+def test_knowledge_base_form_offers_the_languages(admin_client):
+    data = {"slug": "faq", "title": "FAQ", "description": "", "enabled": "on", "tenant": ""}
+    data["embedder"] = "default"
+    page = admin_client.get(admin_url(KnowledgeBase, "add"))
+    field = page.context["adminform"].form.fields["language"]
+    assert ("german", "German") in field.choices
+    assert page.context["adminform"].form["language"].value() == "english"
+    response = admin_client.post(admin_url(KnowledgeBase, "add"), {**data, "language": "klingon"})
+    assert response.status_code == 200
+    assert "language" in response.context["adminform"].form.errors
+    response = admin_client.post(admin_url(KnowledgeBase, "add"), {**data, "language": "german"})
+    assert response.status_code == 302
+    assert KnowledgeBase.objects.get(slug="faq").language == "german"
+
+
+def test_knowledge_base_changelist_shows_and_filters_the_language(admin_client, kb):
+    german = services.create_knowledge_base("wiki", language="german")
+    response = admin_client.get(admin_url(KnowledgeBase), {"language": "german"})
+    assert list(response.context["cl"].result_list) == [german]
+    assert "language" in response.context["cl"].list_display
+    assert '<td class="field-language">german</td>' in response.content.decode()
+
+
+def indexed_terms(kb):
+    """The terms of the KB's lexical index (each lexeme is "<term>" or "<term>|<suffix>")."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT v.lexeme FROM bailing_knowledge_chunk c, unnest(c.search_vector) v"
+            " WHERE c.knowledge_base_id = %s",
+            [kb.pk],
+        )
+        return {lexeme.split("|")[0] for (lexeme,) in cursor.fetchall()}
+
+
+def test_changing_a_kbs_language_in_the_admin_re_indexes(admin_client, kb):
+    from bailing_knowledge.ingestion.documents import upsert_document
+
+    upsert_document(kb, "a.md", "Notes", "Die Häuser stehen am Wasser.")
+    assert "häuser" in indexed_terms(kb)
+    data = {
+        "slug": kb.slug,
+        "title": "Renamed",
+        "description": "",
+        "enabled": "on",
+        "embedder": "default",
+        "language": "german",
+        "tenant": "",
+    }
+    response = admin_client.post(admin_url(KnowledgeBase, "change", kb.pk), data, follow=True)
+    assert response.status_code == 200
+    text = " ".join(str(m) for m in response.context["messages"])
+    assert "re-indexed for the language 'german'" in text
+    kb.refresh_from_db()
+    assert (kb.title, kb.language) == ("Renamed", "german")
+    terms = indexed_terms(kb)
+    assert "haus" in terms
+    assert "häuser" not in terms
 
 
 def test_document_page_is_read_only_and_shows_indexing_state(admin_client, kb):
@@ -716,6 +776,7 @@ def test_changing_a_kbs_embedder_in_the_admin_re_embeds(admin_client, kb, settin
         "description": "",
         "enabled": "on",
         "embedder": "small",
+        "language": "english",
         "tenant": "",
     }
     response = admin_client.post(admin_url(KnowledgeBase, "change", kb.pk), data)

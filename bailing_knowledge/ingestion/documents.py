@@ -26,10 +26,12 @@ from django.db import IntegrityError, connection, transaction
 
 from ..conf import knowledge_settings
 from ..models import Chunk, Document, KnowledgeBase, content_hash
+from ..retrieval.analysis import check_language, document_terms
 from ..retrieval.embedders import EmbedderError, get_embedder
-from ..retrieval.tokenization import lexical_text
+from ..retrieval.lexical import chunk_terms, encode_terms
 from ..services.catalog import get_knowledge_base
 from .chunker import chunk_spans
+from .lexicon import rebuild_lexical_index
 from .loaders import storable_text
 from .tasks import enqueue, runs_inline, task
 
@@ -234,7 +236,7 @@ def upsert_documents(
                 pending = None
             slots = _triage(kb, batch)
             todos = [slot.todo for slot in slots if slot.todo is not None]
-            future = pool.submit(_prepare_all, kb.embedder, todos)
+            future = pool.submit(_prepare_all, kb.embedder, kb.language, todos)
             if pending is not None:
                 yield from _finish(kb, *pending[1:])
             pending = (keys, slots, future)
@@ -372,8 +374,8 @@ def _check_vector(vector: Sequence[float], dimensions: int) -> None:
         )
 
 
-def _prepare_all(alias: str, todos: Sequence[_Todo]) -> list[_Prepared | str]:
-    """Cut and embed documents: their rows, or the reason embedding failed.
+def _prepare_all(alias: str, language: str, todos: Sequence[_Todo]) -> list[_Prepared | str]:
+    """Cut, embed and analyse documents: their rows, or the reason embedding failed.
 
     The chunks of the whole batch go to the embedder in one call (a remote embedder then
     fills its requests across documents); if that fails, each document is retried alone so
@@ -403,14 +405,16 @@ def _prepare_all(alias: str, todos: Sequence[_Todo]) -> list[_Prepared | str]:
     except EmbedderError as exc:
         if len(todos) == 1:
             return [f"Embedding failed: {exc}"]
-        return [outcome for todo in todos for outcome in _prepare_all(alias, [todo])]
+        return [outcome for todo in todos for outcome in _prepare_all(alias, language, [todo])]
     prepared: list[_Prepared | str] = []
     position = 0
     for todo, cut, document in zip(todos, spans, texts, strict=True):
         rows = []
+        title_terms = document_terms(todo.title, language)
         for ordinal, (span, text) in enumerate(zip(cut, document, strict=True)):
             vector = vectors[position]
             position += 1
+            lexical = encode_terms(chunk_terms(text, title_terms, language))
             rows.append(
                 (
                     ordinal,
@@ -420,7 +424,9 @@ def _prepare_all(alias: str, todos: Sequence[_Todo]) -> list[_Prepared | str]:
                     hashlib.sha256(text.encode("utf-8")).hexdigest(),
                     vector_bytes(vector),
                     len(vector),
-                    lexical_text(text),
+                    lexical.length,
+                    lexical.levels,
+                    lexical.terms,
                 )
             )
         prepared.append(_Prepared(todo, rows))
@@ -438,23 +444,24 @@ _CREATE_STAGE = """
 CREATE TEMPORARY TABLE IF NOT EXISTS bailing_knowledge_chunk_stage
 WITH (toast_tuple_target = 8160) ON COMMIT DELETE ROWS AS
 SELECT document_id, knowledge_base_id, revision, ordinal, "start", "end", "text", text_hash,
-       embedding, embedding_dimensions, "text" AS lexical
+       embedding, embedding_dimensions, lexical_length, "text" AS levels, "text" AS terms
 FROM bailing_knowledge_chunk WITH NO DATA
 """
 _COPY_STAGE = "COPY bailing_knowledge_chunk_stage FROM STDIN (FORMAT BINARY)"
 # Binary COPY carries no types: these are the staging table's columns (the chunk table's,
-# migration 0001); a vector goes as raw bytes in pgvector's own binary format.
+# migrations); a vector goes as raw bytes in pgvector's own binary format, the lexemes as the
+# text of a tsvector (retrieval/lexical.py: `encode_terms`).
 _STAGE_TYPES = (
     "bigint", "bigint", "integer", "integer", "integer", "integer", "text", "text", "bytea",
-    "smallint", "text",
+    "smallint", "integer", "text", "text",
 )  # fmt: skip
 _MOVE_STAGE = """
 INSERT INTO bailing_knowledge_chunk (
     document_id, knowledge_base_id, revision, ordinal, "start", "end", "text", text_hash,
-    embedding, embedding_dimensions, search_vector
+    embedding, embedding_dimensions, lexical_length, search_vector, lexical_terms
 )
 SELECT document_id, knowledge_base_id, revision, ordinal, "start", "end", "text", text_hash,
-       embedding, embedding_dimensions, to_tsvector('simple', lexical)
+       embedding, embedding_dimensions, lexical_length, levels::tsvector, terms::tsvector
 FROM bailing_knowledge_chunk_stage
 """
 # Several writes in one transaction (a caller's) must not see each other's rows, nor leave
@@ -512,7 +519,7 @@ def index_document(
     """Index new content for a document and swap it in atomically."""
     kb = KnowledgeBase.objects.get(pk=knowledge_base_id)
     todo = _clean(source_key, title, body, metadata)
-    (prepared,) = _prepare_all(kb.embedder, [todo])
+    (prepared,) = _prepare_all(kb.embedder, kb.language, [todo])
     if isinstance(prepared, str):
         return _record_failure(kb, todo, prepared)
     (result,) = _swap_in(kb, [prepared])
@@ -628,7 +635,8 @@ def reindex_document_task(document_id: int) -> UpsertResult:
         document.metadata,
         document.content_hash,
     )
-    (prepared,) = _prepare_all(document.knowledge_base.embedder, [todo])
+    kb = document.knowledge_base
+    (prepared,) = _prepare_all(kb.embedder, kb.language, [todo])
     if isinstance(prepared, str):
         Document.objects.filter(pk=document.pk).update(last_error=prepared)
         return UpsertResult("failed", document, 0, prepared, document.source_key)
@@ -669,6 +677,23 @@ def set_knowledge_base_embedder(kb: KnowledgeBase | str, alias: str) -> Knowledg
     KnowledgeBase.objects.filter(pk=kb.pk).update(embedder=alias)
     kb.embedder = alias
     reindex_knowledge_base(kb)
+    return kb
+
+
+def set_knowledge_base_language(kb: KnowledgeBase | str, language: str) -> KnowledgeBase:
+    """Switch a KB to another text language and re-index its chunks' terms with it.
+
+    The chunks keep their text and vectors; only their lexemes and the KB's term
+    statistics are computed again, in one transaction.
+    """
+    kb = get_knowledge_base(kb)
+    check_language(language)
+    if kb.language == language:
+        return kb
+    with transaction.atomic():
+        KnowledgeBase.objects.filter(pk=kb.pk).update(language=language)
+        kb.language = language
+        rebuild_lexical_index(kb)
     return kb
 
 

@@ -1,21 +1,18 @@
-"""Hybrid retrieval in SQL: pgvector cosine over HNSW and full-text search, fused by rank.
+"""Hybrid retrieval in SQL: pgvector cosine over HNSW and BM25 lexical search, fused by rank.
 
 Visibility is part of every leg's WHERE clause — KB in the route's scope and enabled, KB
 tenant binding, the document ready at the chunk's revision, per-document audience and role
 restrictions — so a hidden document never takes a candidate slot, a rank or a score.
 
-The lexical leg is guarded: query terms are probed for how many chunks contain them (each
-probe stops at `SEARCH_COMMON_TERM_CHUNKS`); terms that common are dropped when rarer terms
-remain, and the candidates scored are capped at that same number. Each leg runs in its own
-savepoint under a statement timeout, so a slow or failing leg degrades the answer to
-`partial` instead of failing it.
+The lexical leg (`lexical.LexicalLeg`, one per language of the KBs searched) finds the exact
+BM25 top-k without scoring every matching chunk; the vector leg runs once per embedder.
+Each leg runs in its own savepoint under a statement timeout, so a slow or failing leg
+degrades the answer to `partial` instead of failing it.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -26,87 +23,28 @@ from .. import constants
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .embedders import EmbedderError, get_embedder
-from .tokenization import ENGLISH_STOPWORDS, lexical_query_terms
+from .lexical import LexicalLeg
+from .visibility import VISIBLE_SQL, Visibility, searchable_knowledge_bases
+
+__all__ = ["Hit", "HybridSearch", "SearchResult", "Visibility", "searchable_knowledge_bases"]
 
 logger = logging.getLogger("bailing_knowledge")
 
 # Measured on NFCorpus and CMRC 2018 (docs/performance.md): 10 beats the customary 60 on both.
 RRF_K = 10
-MAX_QUERY_TERMS = 32
-
-# A chunk `c` of a document `d` is visible: current revision of a ready document, and the
-# principal's audience and roles admitted by the document's metadata.
-_DOCUMENT_VISIBLE = """
-    d.id = c.document_id
-    AND d.status = 'ready'
-    AND c.revision = d.revision
-    AND (NOT d.metadata ? 'audiences' OR d.metadata -> 'audiences' ? %(audience)s)
-    AND (NOT d.metadata ? 'roles' OR d.metadata -> 'roles' ?| %(roles)s::text[])
-"""
-# ... and in one of the KBs searched (the route's enabled KBs for this tenant).
-_VISIBLE = "c.knowledge_base_id = ANY(%(kbs)s) AND " + _DOCUMENT_VISIBLE
-
-_DF_PROBE = """
-SELECT t.term, (
-    SELECT count(*) FROM (
-        SELECT 1 FROM bailing_knowledge_chunk c
-        WHERE c.search_vector @@ t.term::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
-        LIMIT %(cap)s
-    ) s
-)
-FROM unnest(%(terms)s::text[]) AS t(term)
-"""
-
-# The GIN index finds the matching chunks of the route's KBs first (a materialized step, so
-# the planner cannot trade it for a scan in another order); visibility is then applied to
-# those, before any scoring or ranking.
-_LEXICAL = f"""
-WITH found AS MATERIALIZED (
-    SELECT c.id, c.document_id, c.revision, c.search_vector
-    FROM bailing_knowledge_chunk c
-    WHERE c.search_vector @@ %(tsquery)s::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
-    LIMIT %(scan_cap)s
-), matched AS MATERIALIZED (
-    SELECT c.id, c.search_vector
-    FROM found c, bailing_knowledge_document d
-    WHERE {_DOCUMENT_VISIBLE}
-    LIMIT %(cap)s
-)
-SELECT m.id,
-       (SELECT coalesce(sum(w.weight), 0)
-          FROM unnest(%(terms)s::tsquery[], %(weights)s::float8[]) AS w(term, weight)
-         WHERE m.search_vector @@ w.term)
-       + 0.1 * ts_rank_cd(m.search_vector, %(tsquery)s::tsquery, 1) AS score
-FROM matched m
-ORDER BY score DESC, m.id
-LIMIT %(limit)s
-"""
-
-# What ANALYZE knows of the commonest lexemes: terms found here at a high frequency are
-# "common" without counting their rows (which would read thousands of heap pages).
-_COMMON_LEXEMES = """
-SELECT e.elem, e.freq, (
-    SELECT greatest(reltuples, 0)::bigint FROM pg_class
-    WHERE oid = 'bailing_knowledge_chunk'::regclass
-)
-FROM pg_stats s,
-     unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(elem, freq)
-WHERE s.schemaname = current_schema() AND s.tablename = 'bailing_knowledge_chunk'
-  AND s.attname = 'search_vector' AND e.elem IS NOT NULL
-"""
 
 # The nearest chunks are found by the HNSW index, which holds half-precision vectors: the
 # ORDER BY is the indexed expression, `embedding::halfvec(384) <=> query::halfvec(384)`,
 # written exactly so the planner can use the index. The distance returned (and compared with
 # `max_distance`) is the exact one on the full-precision vectors; the outer query re-sorts
 # the candidates by it.
-_VECTOR_INDEXED = f"""
+_VECTOR_INDEXED = f"""/* bk:vector */
 WITH nearest AS MATERIALIZED (
     SELECT c.id,
            c.embedding::vector({constants.INDEXED_EMBEDDING_DIMENSIONS})
              <=> %(vector)s::vector({constants.INDEXED_EMBEDDING_DIMENSIONS}) AS distance
     FROM bailing_knowledge_chunk c, bailing_knowledge_document d
-    WHERE c.embedding_dimensions = {constants.INDEXED_EMBEDDING_DIMENSIONS} AND {_VISIBLE}
+    WHERE c.embedding_dimensions = {constants.INDEXED_EMBEDDING_DIMENSIONS} AND {VISIBLE_SQL}
     ORDER BY c.embedding::halfvec({constants.INDEXED_EMBEDDING_DIMENSIONS})
              <=> %(vector)s::halfvec({constants.INDEXED_EMBEDDING_DIMENSIONS})
     LIMIT %(limit)s
@@ -118,19 +56,19 @@ SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY dis
 # partial index `USING hnsw ((embedding::halfvec(N)) halfvec_cosine_ops) WHERE
 # embedding_dimensions = N` matches the ORDER BY expression; without one the search is exact
 # (on half-precision vectors). The distance returned is, as above, the full-precision one.
-_VECTOR_OTHER = f"""
+_VECTOR_OTHER = f"""/* bk:vector */
 WITH nearest AS MATERIALIZED (
     SELECT c.id, c.embedding::vector({{dimensions}}) <=> %(vector)s::vector({{dimensions}})
              AS distance
     FROM bailing_knowledge_chunk c, bailing_knowledge_document d
-    WHERE c.embedding_dimensions = {{dimensions}} AND {_VISIBLE}
+    WHERE c.embedding_dimensions = {{dimensions}} AND {VISIBLE_SQL}
     ORDER BY c.embedding::halfvec({{dimensions}}) <=> %(vector)s::halfvec({{dimensions}})
     LIMIT %(limit)s
 )
 SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY distance, id
 """
 
-_CANDIDATES = """
+_CANDIDATES = """/* bk:fetch */
 SELECT c.id, c.document_id, c.knowledge_base_id, c.revision, c."start", c."end", c."text",
        d.title, d.content_hash
 FROM bailing_knowledge_chunk c
@@ -140,7 +78,7 @@ WHERE c.id = ANY(%(ids)s)
 
 # The exact-text check of the hits that will be returned: the chunk still equals the
 # document body at its offsets (PostgreSQL's substr counts characters, as Python does).
-_VALIDATE = """
+_VALIDATE = """/* bk:fetch */
 SELECT c.id
 FROM bailing_knowledge_chunk c
 JOIN bailing_knowledge_document d ON d.id = c.document_id
@@ -149,15 +87,6 @@ WHERE c.id = ANY(%(ids)s)
   AND d.knowledge_base_id = ANY(%(kbs)s)
   AND substr(d.body, c."start" + 1, c."end" - c."start") = c."text"
 """
-
-
-@dataclass(frozen=True)
-class Visibility:
-    """Who is searching: used in SQL to hide what they may not see."""
-
-    tenant: str = ""
-    audience: str = ""
-    roles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,47 +128,8 @@ def fusion_weight(alias: str) -> float:
     return float(getattr(get_embedder(alias), "fusion_weight", 1.0))
 
 
-def searchable_knowledge_bases(
-    kbs: Sequence[KnowledgeBase], visibility: Visibility
-) -> list[KnowledgeBase]:
-    """Enabled KBs whose tenant binding (if any) matches the principal's tenant."""
-    return [kb for kb in kbs if kb.enabled and (not kb.tenant or kb.tenant == visibility.tenant)]
-
-
 def _is_timeout(exc: DatabaseError) -> bool:
     return isinstance(exc.__cause__, psycopg.errors.QueryCanceled)
-
-
-_lexeme_cache: dict[str, tuple[float, dict[str, float], int]] = {}
-LEXEME_STATS_SECONDS = 60.0
-
-
-def _common_lexemes(cursor) -> tuple[dict[str, float], int]:  # type: ignore[no-untyped-def]
-    """Frequencies of the commonest lexemes and the table size, cached for a minute.
-
-    Statistics move slowly (ANALYZE runs after many writes), so one catalog read a minute
-    per process is enough; without statistics (a new, small table) every term is counted.
-    """
-    key = connection.settings_dict.get("NAME") or ""
-    now = time.monotonic()
-    cached = _lexeme_cache.get(key)
-    if cached is not None and now - cached[0] < LEXEME_STATS_SECONDS:
-        return cached[1], cached[2]
-    cursor.execute(_COMMON_LEXEMES)
-    rows = cursor.fetchall()
-    frequencies = {elem: float(freq) for elem, freq, _ in rows}
-    total = int(rows[0][2]) if rows else 0
-    _lexeme_cache[key] = (now, frequencies, total)
-    return frequencies, total
-
-
-def clear_lexeme_statistics() -> None:
-    """Forget cached lexeme statistics (after a bulk load and ANALYZE, or in tests)."""
-    _lexeme_cache.clear()
-
-
-def _tsquery_term(term: str) -> str:
-    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 class HybridSearch:
@@ -260,15 +150,7 @@ class HybridSearch:
         self.use_vector = use_vector
         self.use_lexical = use_lexical
         self.candidates = int(knowledge_settings.SEARCH_CANDIDATES)
-        self.cap = int(knowledge_settings.SEARCH_COMMON_TERM_CHUNKS)
         self.result = SearchResult()
-
-    def _params(self, kb_ids: Sequence[int]) -> dict:
-        return {
-            "kbs": list(kb_ids),
-            "audience": self.visibility.audience,
-            "roles": list(self.visibility.roles),
-        }
 
     def run(
         self,
@@ -286,12 +168,13 @@ class HybridSearch:
         with transaction.atomic():
             self._configure()
             if self.use_lexical:
-                ranking = self._leg(self._lexical, [kb.pk for kb in self.kbs])
-                if ranking is not None:
-                    rankings.append((1.0, ranking))
+                for language, group in self._groups(lambda kb: kb.language):
+                    ranking = self._leg(self._lexical, group, language)
+                    if ranking is not None:
+                        rankings.append((1.0, ranking))
             if self.use_vector:
-                for kb_ids, embedder_alias in self._embedder_groups():
-                    ranking = self._leg(self._vector, kb_ids, embedder_alias)
+                for embedder_alias, group in self._groups(lambda kb: kb.embedder):
+                    ranking = self._leg(self._vector, [kb.pk for kb in group], embedder_alias)
                     if ranking is not None:
                         rankings.append((fusion_weight(embedder_alias), ranking))
             scores = self._fuse(rankings)
@@ -313,11 +196,12 @@ class HybridSearch:
                 [f"{timeout}ms", str(int(knowledge_settings.SEARCH_EF_SEARCH))],
             )
 
-    def _embedder_groups(self) -> list[tuple[list[int], str]]:
-        groups: dict[str, list[int]] = {}
+    def _groups(self, key) -> list[tuple[str, list[KnowledgeBase]]]:  # type: ignore[no-untyped-def]
+        """The KBs searched, grouped by language or embedder: each group is a leg."""
+        groups: dict[str, list[KnowledgeBase]] = {}
         for kb in self.kbs:
-            groups.setdefault(kb.embedder, []).append(kb.pk)
-        return [(ids, alias) for alias, ids in sorted(groups.items())]
+            groups.setdefault(key(kb), []).append(kb)
+        return sorted(groups.items())
 
     def _leg(self, leg, *args) -> list[int] | None:  # type: ignore[no-untyped-def]
         """Run one leg in a savepoint; a timeout or embedder failure marks it failed."""
@@ -337,45 +221,10 @@ class HybridSearch:
         self.result.legs_ok += 1
         return ranking
 
-    def _lexical(self, kb_ids: list[int]) -> list[int]:
-        terms = lexical_query_terms(self.query, stopwords=ENGLISH_STOPWORDS)[:MAX_QUERY_TERMS]
-        if not terms:
-            return []
-        params = self._params(kb_ids)
+    def _lexical(self, kbs: list[KnowledgeBase], language: str) -> list[int]:
+        leg = LexicalLeg(self.query, kbs, self.visibility, language)
         with connection.cursor() as cursor:
-            frequencies, total = _common_lexemes(cursor)
-            # Terms ANALYZE already knows to be common are not counted again.
-            known = {t: int(frequencies[t] * total) for t in terms if t in frequencies}
-            to_count = [_tsquery_term(t) for t in terms if known.get(t, 0) < self.cap]
-            counted: dict[str, int] = {}
-            if to_count:
-                cursor.execute(_DF_PROBE, {**params, "terms": to_count, "cap": self.cap})
-                counted = dict(cursor.fetchall())
-            df = {_tsquery_term(t): counted.get(_tsquery_term(t), known.get(t, 0)) for t in terms}
-            present = [t for t in df if df[t] > 0]
-            if not present:
-                return []
-            rare = [t for t in present if df[t] < self.cap]
-            if rare:
-                kept, tsquery = rare, " | ".join(rare)
-            else:
-                # Only common terms: require all of them, which is far more selective.
-                kept, tsquery = present, " & ".join(present)
-            total = max(total, max(df[t] for t in kept), 1)
-            weights = [math.log(1 + (total - df[t] + 0.5) / (df[t] + 0.5)) for t in kept]
-            cursor.execute(
-                _LEXICAL,
-                {
-                    **params,
-                    "tsquery": tsquery,
-                    "terms": kept,
-                    "weights": weights,
-                    "cap": self.cap,
-                    "scan_cap": self.cap * len(kept),
-                    "limit": self.candidates,
-                },
-            )
-            return [row[0] for row in cursor.fetchall()]
+            return [chunk_id for chunk_id, _ in leg.ranking(self.candidates, cursor)]
 
     def _vector(self, kb_ids: list[int], embedder_alias: str) -> list[int]:
         embedder = get_embedder(embedder_alias)
@@ -384,7 +233,7 @@ class HybridSearch:
         # Cosine distance is 1 - similarity: neighbours below the similarity floor are noise.
         max_distance = 1.0 - float(knowledge_settings.SEARCH_MIN_SIMILARITY)
         params = {
-            **self._params(kb_ids),
+            **self.visibility.params(kb_ids),
             "vector": literal,
             "limit": self.candidates,
             "max_distance": max_distance,

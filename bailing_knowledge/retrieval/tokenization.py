@@ -37,6 +37,8 @@ query side can use prefix matching (``京:*``) for such terms.
 
 No stopwords are removed from documents. Queries may drop `ENGLISH_STOPWORDS` on request;
 very common terms are better handled where document frequencies are known (the SQL query).
+The language-aware terms of `bailing_knowledge.retrieval.analysis` (stems, a language's
+stopwords) are built on `segments` and `run_terms`, with the same rules for everything else.
 """
 
 from __future__ import annotations
@@ -167,6 +169,24 @@ def split_words_and_runs(normalized: str) -> tuple[list[str], list[str]]:
     return words, runs
 
 
+def segments(normalized: str) -> list[tuple[str, str]]:
+    """Split normalised text into its words and unspaced runs, in text order.
+
+    Each item is a ``(run, word)`` pair with exactly one of the two non-empty. This is
+    `split_words_and_runs` with the order kept, for analyses that transform the words (stem,
+    drop stopwords) yet must give their terms in text order: `lexical_terms` is these pieces
+    with each word cut to `MAX_TERM_CHARS` and each run replaced by its `run_terms`.
+    """
+    pieces: list[tuple[str, str]] = []
+    append = pieces.append
+    for token in normalized.translate(_SEPARATORS).split():
+        if token.isascii():
+            append(("", token))
+        else:
+            pieces.extend(_pieces(token))
+    return pieces
+
+
 def run_units(run: str) -> list[str] | str:
     """The characters of an unspaced run, each with its combining marks.
 
@@ -178,7 +198,11 @@ def run_units(run: str) -> list[str] | str:
     return _CLUSTER_RE.findall(run)
 
 
-def _run_terms(run: str) -> list[str]:
+def run_terms(run: str) -> list[str]:
+    """The terms of one unspaced run: its overlapping character bigrams, or its one character.
+
+    These terms are the same whatever the language of the text: they are never stemmed.
+    """
     units = run_units(run)
     if len(units) == 1:
         return [units[0][:MAX_TERM_CHARS]]
@@ -214,7 +238,7 @@ def lexical_terms(text: str) -> list[str]:
             if word:
                 append(_cut(word))
             else:
-                extend(_run_terms(run))
+                extend(run_terms(run))
     return terms
 
 

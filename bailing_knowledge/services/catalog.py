@@ -15,6 +15,7 @@ from django.db import models, transaction
 
 from ..conf import knowledge_settings
 from ..models import Client, KnowledgeBase, Route
+from ..retrieval.analysis import DEFAULT_LANGUAGE, check_language
 
 M = TypeVar("M", bound=models.Model)
 
@@ -74,9 +75,16 @@ def create_knowledge_base(
     embedder: str = "default",
     tenant: str = "",
     enabled: bool = True,
+    language: str = DEFAULT_LANGUAGE,
 ) -> KnowledgeBase:
-    """Create a KB; `tenant` binds it to the principals of one tenant."""
+    """Create a KB; `tenant` binds it to the principals of one tenant.
+
+    `language` (a code of `retrieval.analysis.LANGUAGES`) decides how its documents and the
+    queries against them are cut into lexical terms; change it later with
+    `ingestion.documents.set_knowledge_base_language`, which re-indexes the documents.
+    """
     _check_embedder(embedder)
+    check_language(language)
     return _save(
         KnowledgeBase(
             slug=slug,
@@ -85,6 +93,7 @@ def create_knowledge_base(
             embedder=embedder,
             tenant=tenant,
             enabled=enabled,
+            language=language,
         )
     )
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from bailing_knowledge import services, signing
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Chunk, Document, Run
+from bailing_knowledge.retrieval.lexical import encode_terms
 from bailing_knowledge.services.search import SearchOptions, search
 
 from .conftest import AgentCaller, assert_error
@@ -161,14 +162,20 @@ def test_stale_index_rows_are_never_returned(agent, kb, documents):
         for revision, text in [(document.revision + 5, "quokka"), (document.revision, "wombat")]:
             cursor.execute(
                 "INSERT INTO bailing_knowledge_chunk (document_id, knowledge_base_id, revision, "
-                'ordinal, "start", "end", "text", text_hash, search_vector) '
-                "VALUES (%s, %s, %s, 999, 0, 6, %s, '', to_tsvector('simple', %s))",
-                [document.pk, kb.pk, revision, text, text],
+                'ordinal, "start", "end", "text", text_hash, search_vector, lexical_terms, '
+                "lexical_length) VALUES (%s, %s, %s, 999, 0, 6, %s, '', %s::tsvector, "
+                "%s::tsvector, 1)",
+                [document.pk, kb.pk, revision, text, *_lexical(text)],
             )
     assert fresh is not None
     for word in ("quokka", "wombat"):
         body = json.loads(_search(agent, {"query": word}).content)
         assert body["hints"] == [], word
+
+
+def _lexical(text):
+    encoded = encode_terms([text])
+    return encoded.levels, encoded.terms
 
 
 def _scores(caller, query):

@@ -254,8 +254,9 @@ def _float4(values):
 
 
 def test_chunks_hold_the_embedders_vectors_and_the_lexical_terms(kb):
+    from bailing_knowledge.retrieval.analysis import document_terms
     from bailing_knowledge.retrieval.embedders import get_embedder
-    from bailing_knowledge.retrieval.tokenization import lexical_text
+    from bailing_knowledge.retrieval.lexical import chunk_terms, encode_terms
 
     body = (
         "# 退货\n\n退货政策：三十天内可以退货。Returns café — naïve “quotes” \\ backslash.\n\n"
@@ -268,16 +269,22 @@ def test_chunks_hold_the_embedders_vectors_and_the_lexical_terms(kb):
         for chunk, vector in zip(chunks, vectors, strict=True):
             # float4 storage: the embedder's values rounded to single precision, exactly.
             assert _float4(chunk.embedding) == _float4(vector)
+            lexical = encode_terms(
+                chunk_terms(chunk.text, document_terms("Title", kb.language), kb.language)
+            )
             cursor.execute(
-                "SELECT search_vector = to_tsvector('simple', %s), text_hash = %s "
+                "SELECT search_vector = %s::tsvector, lexical_terms = %s::tsvector, "
+                "lexical_length = %s, text_hash = %s "
                 "FROM bailing_knowledge_chunk WHERE id = %s",
                 [
-                    lexical_text(chunk.text),
+                    lexical.levels,
+                    lexical.terms,
+                    lexical.length,
                     hashlib.sha256(chunk.text.encode()).hexdigest(),
                     chunk.pk,
                 ],
             )
-            assert cursor.fetchone() == (True, True)
+            assert cursor.fetchone() == (True, True, True, True)
 
 
 def test_the_staging_table_is_empty_after_a_write(kb):

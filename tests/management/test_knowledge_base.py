@@ -1,11 +1,13 @@
-"""`knowledge_base create|list|enable|disable`."""
+"""`knowledge_base create|list|enable|disable|set-language|languages`."""
 
 from __future__ import annotations
 
 import pytest
 from django.core.management.base import CommandError
+from django.db import connection
 from django.test import override_settings
 
+from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import KnowledgeBase
 from tests.management import run, run_json
 
@@ -23,28 +25,34 @@ def test_create_with_every_option():
         "Company policies",
         "--tenant",
         "acme",
+        "--language",
+        "german",
         "--disabled",
     )
     assert data["slug"] == "policies"
     assert data["title"] == "Policies"
     assert data["enabled"] is False
+    assert data["language"] == "german"
     assert data["routes"] == []
     kb = KnowledgeBase.objects.get(slug="policies")
-    assert (kb.title, kb.description, kb.tenant, kb.embedder, kb.enabled) == (
+    assert (kb.title, kb.description, kb.tenant, kb.embedder, kb.enabled, kb.language) == (
         "Policies",
         "Company policies",
         "acme",
         "default",
         False,
+        "german",
     )
 
 
 def test_create_text_output_and_defaults():
     out = run("knowledge_base", "create", "faq")
     assert "Created knowledge base faq." in out
+    assert "language     english" in out
     kb = KnowledgeBase.objects.get(slug="faq")
     assert kb.title == "faq"
     assert kb.enabled is True
+    assert kb.language == "english"
 
 
 @override_settings(
@@ -64,6 +72,12 @@ def test_create_with_a_configured_embedder():
 def test_create_rejects_an_unknown_embedder():
     with pytest.raises(CommandError, match=r"--embedder: Unknown embedder 'nope'"):
         run("knowledge_base", "create", "docs", "--embedder", "nope")
+    assert not KnowledgeBase.objects.filter(slug="docs").exists()
+
+
+def test_create_rejects_an_unknown_language():
+    with pytest.raises(CommandError, match=r"--language: Unknown language 'klingon' \(supported: "):
+        run("knowledge_base", "create", "docs", "--language", "klingon")
     assert not KnowledgeBase.objects.filter(slug="docs").exists()
 
 
@@ -95,6 +109,7 @@ def test_list(kb, route):
     assert [item["slug"] for item in data] == ["archive", "handbook"]
     assert data[0]["enabled"] is False
     assert data[1]["routes"] == [route.route_key]
+    assert data[1]["language"] == "english"
 
     out = run("knowledge_base", "list")
     assert out.splitlines()[0].split() == [
@@ -102,6 +117,7 @@ def test_list(kb, route):
         "TITLE",
         "ENABLED",
         "EMBEDDER",
+        "LANGUAGE",
         "TENANT",
         "ROUTES",
     ]
@@ -130,3 +146,56 @@ def test_disable_and_enable(kb):
 def test_toggle_rejects_an_unknown_slug(db, subcommand):
     with pytest.raises(CommandError, match="No knowledge base with slug 'missing'"):
         run("knowledge_base", subcommand, "missing")
+
+
+def indexed_terms(kb):
+    """The terms of the KB's lexical index (each lexeme is "<term>" or "<term>|<suffix>")."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT v.lexeme FROM bailing_knowledge_chunk c, unnest(c.search_vector) v"
+            " WHERE c.knowledge_base_id = %s",
+            [kb.pk],
+        )
+        return {lexeme.split("|")[0] for (lexeme,) in cursor.fetchall()}
+
+
+def test_set_language_re_indexes_the_documents(kb):
+    upsert_document(kb, "a.md", "Notes", "Die Häuser stehen am Wasser.")
+    assert "häuser" in indexed_terms(kb)
+
+    data = run_json("knowledge_base", "set-language", kb.slug, "german")
+    assert (data["slug"], data["language"]) == (kb.slug, "german")
+    kb.refresh_from_db()
+    assert kb.language == "german"
+    terms = indexed_terms(kb)
+    assert "haus" in terms
+    assert "häuser" not in terms
+
+    out = run("knowledge_base", "set-language", kb.slug, "simple")
+    assert f"Knowledge base {kb.slug} now uses the language 'simple'" in out
+    assert "häuser" in indexed_terms(kb)
+    out = run("knowledge_base", "set-language", kb.slug, "simple")
+    assert f"Knowledge base {kb.slug} already uses the language 'simple'." in out
+
+
+def test_set_language_rejects_an_unknown_language(kb):
+    with pytest.raises(CommandError, match="Unknown language 'klingon'"):
+        run("knowledge_base", "set-language", kb.slug, "klingon")
+    kb.refresh_from_db()
+    assert kb.language == "english"
+
+
+def test_set_language_rejects_an_unknown_slug(db):
+    with pytest.raises(CommandError, match="No knowledge base with slug 'missing'"):
+        run("knowledge_base", "set-language", "missing", "german")
+
+
+def test_languages_lists_the_codes_and_labels(db):
+    data = run_json("knowledge_base", "languages")
+    assert {"code": "german", "label": "German"} in data
+    assert {"code": "simple", "label": "No stemming or stopwords"} in data
+    assert "porter" not in {item["code"] for item in data}
+
+    out = run("knowledge_base", "languages")
+    assert out.splitlines()[0].split() == ["CODE", "LANGUAGE"]
+    assert ["english", "English"] in [line.split() for line in out.splitlines()]

@@ -193,26 +193,6 @@ def test_other_dimensions_use_an_operators_halfvec_index(small_kb):
     assert {hit.knowledge_base_id for hit in result.hits} == {small_kb.pk}
 
 
-def test_the_lexical_leg_is_served_by_an_index(kb):
-    """The GIN index, or the KB btree when the KB is small; which one is the planner's call
-    (the benchmark checks the GIN index at 100k chunks)."""
-    _corpus(kb, 30)
-    plan = _plan(
-        hybrid._LEXICAL,
-        _params(
-            kb,
-            tsquery="'refund' | 'charger'",
-            terms=["'refund'", "'charger'"],
-            weights=[1.0, 1.0],
-            cap=5000,
-            scan_cap=10000,
-            limit=40,
-        ),
-    )
-    assert "Seq Scan on bailing_knowledge_chunk" not in plan, plan
-    assert "Index Scan" in plan, plan
-
-
 def test_a_small_kb_among_many_rows_is_not_starved(kb, route):
     """Iterative index scans keep walking until enough rows of the filtered KB pass."""
     big = services.create_knowledge_base("big")
@@ -227,49 +207,21 @@ def test_a_small_kb_among_many_rows_is_not_starved(kb, route):
     assert result.status == "ok"
 
 
-@pytest.mark.parametrize("analyzed", [False, True], ids=["counted", "from-statistics"])
-def test_common_terms_are_dropped_when_rare_ones_remain(kb, settings, analyzed):
-    _corpus(kb, 20)
-    upsert_document(kb, "rare.md", "Rare", "# Rare\n\nThe zeppelin refund clause.")
-    if analyzed:
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE bailing_knowledge_chunk")
-    hybrid.clear_lexeme_statistics()
-    settings.BAILING_KNOWLEDGE = {"SEARCH_COMMON_TERM_CHUNKS": 5}
-    result = HybridSearch("zeppelin refund", [kb], Visibility(), use_vector=False).run(
-        max_hits=3, per_document=1
-    )
-    assert result.hits[0].title == "Rare"
-
-
 def test_a_timed_out_leg_makes_the_answer_partial(kb, settings):
     _corpus(kb, 5)
     settings.BAILING_KNOWLEDGE = {"SEARCH_STATEMENT_TIMEOUT_MS": 500}
     original = hybrid.HybridSearch._lexical
 
-    def slow_lexical(self, kb_ids):
+    def slow_lexical(self, kbs, language):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_sleep(1.5)")
-        return original(self, kb_ids)
+        return original(self, kbs, language)
 
     search = HybridSearch("refund", [kb], Visibility())
     search._lexical = slow_lexical.__get__(search)
     result = search.run(max_hits=3)
     assert result.status == "partial"
     assert result.legs_ok == 1
-
-
-def test_a_query_of_only_common_terms_requires_all_of_them(kb, settings):
-    _corpus(kb, 20)
-    upsert_document(kb, "both.md", "Both", "# Both\n\nrefund " * 3 + "charger " * 3)
-    hybrid.clear_lexeme_statistics()
-    settings.BAILING_KNOWLEDGE = {"SEARCH_COMMON_TERM_CHUNKS": 1}
-    result = HybridSearch("refund charger", [kb], Visibility(), use_vector=False).run(
-        max_hits=30, per_document=1, max_documents=30
-    )
-    assert result.hits
-    for hit in result.hits:
-        assert "refund" in hit.text and "charger" in hit.text
 
 
 def test_weighted_fusion_scores_first_place_everywhere_as_one():

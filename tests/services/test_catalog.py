@@ -14,6 +14,20 @@ pytestmark = pytest.mark.django_db
 def test_create_knowledge_base_defaults():
     kb = services.create_knowledge_base("faq")
     assert (kb.title, kb.embedder, kb.enabled, kb.tenant) == ("faq", "default", True, "")
+    assert kb.language == "english"
+
+
+@pytest.mark.parametrize("language", ["german", "simple", "russian"])
+def test_create_knowledge_base_in_a_language(language):
+    services.create_knowledge_base("faq", language=language)
+    assert KnowledgeBase.objects.get(slug="faq").language == language
+
+
+def test_create_knowledge_base_rejects_an_unknown_language():
+    with pytest.raises(ValidationError) as caught:
+        services.create_knowledge_base("faq", language="klingon")
+    assert "Unknown language 'klingon'" in caught.value.message_dict["language"][0]
+    assert not KnowledgeBase.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -22,6 +36,7 @@ def test_create_knowledge_base_defaults():
         (("not a slug",), {}),
         (("",), {}),
         (("faq",), {"embedder": "missing"}),
+        (("faq",), {"language": "English"}),
         (("x" * 65,), {}),
     ],
 )

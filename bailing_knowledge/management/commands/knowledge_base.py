@@ -1,4 +1,4 @@
-"""`manage.py knowledge_base`: create, list, enable and disable knowledge bases.
+"""`manage.py knowledge_base`: create, list, enable and disable knowledge bases, set languages.
 
 Operators provision KBs from scripts and deploy pipelines, not only from the admin; this
 command gives them the same validated path (`bailing_knowledge.services`) with `--json` output.
@@ -10,26 +10,40 @@ import argparse
 from typing import Any
 
 from bailing_knowledge import services
+from bailing_knowledge.ingestion.documents import set_knowledge_base_language
 from bailing_knowledge.management.base import ServiceCommand, knowledge_base_data
 from bailing_knowledge.models import KnowledgeBase
+from bailing_knowledge.retrieval.analysis import DEFAULT_LANGUAGE, LANGUAGES
 
 COLUMNS = {
     "slug": "SLUG",
     "title": "TITLE",
     "enabled": "ENABLED",
     "embedder": "EMBEDDER",
+    "language": "LANGUAGE",
     "tenant": "TENANT",
     "routes": "ROUTES",
 }
 
 
+def record(kb: KnowledgeBase) -> dict[str, Any]:
+    """The KB's JSON-ready view, with its language next to its embedder."""
+    data: dict[str, Any] = {}
+    for key, value in knowledge_base_data(kb).items():
+        data[key] = value
+        if key == "embedder":
+            data["language"] = kb.language
+    return data
+
+
 class Command(ServiceCommand):
-    help = "Create, list, enable and disable knowledge bases."
+    help = "Create, list, enable and disable knowledge bases, and set their language."
 
     field_options = {
         "title": "--title",
         "description": "--description",
         "embedder": "--embedder",
+        "language": "--language",
         "tenant": "--tenant",
     }
 
@@ -44,6 +58,14 @@ class Command(ServiceCommand):
             help="Alias of an embedder in BAILING_KNOWLEDGE['EMBEDDERS'] (default: 'default').",
         )
         create.add_argument(
+            "--language",
+            default=DEFAULT_LANGUAGE,
+            help=(
+                "Language of the documents, for stemming and stopwords in lexical search "
+                f"(default: {DEFAULT_LANGUAGE!r}; 'languages' lists the codes)."
+            ),
+        )
+        create.add_argument(
             "--tenant", default="", help="Only principals of this tenant see the KB."
         )
         create.add_argument("--disabled", action="store_true", help="Create it disabled.")
@@ -54,6 +76,16 @@ class Command(ServiceCommand):
             toggle = self.add_subcommand(subparsers, name, f"{verb} a knowledge base.")
             toggle.add_argument("slug")
 
+        set_language = self.add_subcommand(
+            subparsers,
+            "set-language",
+            "Change the language of a knowledge base and re-index its documents.",
+        )
+        set_language.add_argument("slug")
+        set_language.add_argument("language", help="A language code ('languages' lists them).")
+
+        self.add_subcommand(subparsers, "languages", "List the language codes a KB may use.")
+
     def handle_create(self, **options: Any) -> None:
         kb = services.create_knowledge_base(
             options["slug"],
@@ -62,12 +94,13 @@ class Command(ServiceCommand):
             embedder=options["embedder"],
             tenant=options["tenant"],
             enabled=not options["disabled"],
+            language=options["language"],
         )
-        self.write_record(options, knowledge_base_data(kb), f"Created knowledge base {kb.slug}.")
+        self.write_record(options, record(kb), f"Created knowledge base {kb.slug}.")
 
     def handle_list(self, **options: Any) -> None:
         kbs = KnowledgeBase.objects.prefetch_related("routes")
-        items = [knowledge_base_data(kb) for kb in kbs]
+        items = [record(kb) for kb in kbs]
         self.write_list(options, items, COLUMNS, "No knowledge bases.")
 
     def handle_enable(self, **options: Any) -> None:
@@ -79,4 +112,20 @@ class Command(ServiceCommand):
     def _set_enabled(self, options: dict[str, Any], enabled: bool) -> None:
         kb = services.set_knowledge_base_enabled(options["slug"], enabled)
         state = "enabled" if enabled else "disabled"
-        self.write_record(options, knowledge_base_data(kb), f"Knowledge base {kb.slug} {state}.")
+        self.write_record(options, record(kb), f"Knowledge base {kb.slug} {state}.")
+
+    def handle_set_language(self, **options: Any) -> None:
+        before = services.get_knowledge_base(options["slug"]).language
+        kb = set_knowledge_base_language(options["slug"], options["language"])
+        if kb.language == before:
+            done = f"Knowledge base {kb.slug} already uses the language {kb.language!r}."
+        else:
+            done = (
+                f"Knowledge base {kb.slug} now uses the language {kb.language!r}; "
+                "its documents are re-indexed."
+            )
+        self.write_record(options, record(kb), done)
+
+    def handle_languages(self, **options: Any) -> None:
+        items = [{"code": code, "label": label} for code, label in LANGUAGES.items()]
+        self.write_list(options, items, {"code": "CODE", "label": "LANGUAGE"}, "No languages.")

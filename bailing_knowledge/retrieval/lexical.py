@@ -1,0 +1,428 @@
+"""The lexical leg: BM25 over impact-levelled postings, top-k without scoring every match.
+
+Scoring is Lucene's BM25 at chunk level::
+
+    score(c) = Σ_t idf(t) · (k1 + 1) · tf / (tf + k1 · (1 - b + b · dl / avgdl))
+    idf(t)   = ln(1 + (N - df + 0.5) / (df + 0.5))
+
+with `N`, `df` and `avgdl` taken over the knowledge bases searched (the `LexiconTerm` rows,
+kept exact by triggers on the chunk table), `tf` the term's count in the chunk and `dl` the
+chunk's length in terms. A chunk's terms are those of its text and of its document's title,
+analysed in the knowledge base's language (`analysis.document_terms`).
+
+**Index layout.** A chunk's `search_vector` holds one lexeme per distinct term,
+``<term>|<level>``, and its GIN index therefore lists, for every term and level, the chunks
+whose weight for that term falls in that level; `lexical_terms` (not indexed) holds each term
+with positions ``1..tf``, from which a chunk found is scored exactly. The level (00-99)
+places the term's saturation ``κ = tf / (tf + k1₀ · (1 - b₀ + b₀ · dl / L₀))`` on a
+logarithmic scale (about 6 % per level), computed with fixed reference constants, so a
+chunk's lexemes never depend on statistics that change as other documents come and go.
+
+**Query.** Levels are read from the top down, all query terms at once, one statement per
+round (the threshold algorithm): each chunk found is scored exactly from its own lexemes
+(their positions give `tf`) and its length; the chunks not found yet can score at most the
+sum, over the terms, of the bound of the highest level not read yet. Reading stops when the
+`limit`-th best score exceeds that bound, so the top `limit` are exactly an exhaustive
+BM25's; the cost follows how deep the answer lies, not how many chunks contain a term.
+Visibility is part of every round's WHERE clause, so hidden chunks never take a slot.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from django.db import connection, transaction
+
+from ..conf import knowledge_settings
+from ..models import KnowledgeBase
+from .analysis import document_terms, query_terms
+from .visibility import DOCUMENT_VISIBLE_SQL, Visibility
+
+logger = logging.getLogger("bailing_knowledge")
+
+#: Levels of a posting's weight, and the span of ln(κ) they cover (κ from e^-6 to 1).
+LEVELS = 100
+LEVEL_SPAN = 6.0
+#: Reference constants of the levels: BM25's customary k1 and b, and a typical chunk length
+#: in terms. Scores use the configured values; these only order the postings.
+REFERENCE_K1 = 1.2
+REFERENCE_B = 0.75
+REFERENCE_LENGTH = 100.0
+#: A tsvector keeps at most 256 positions per lexeme: `tf` is counted up to that.
+MAX_TF = 256
+#: Longest query the leg analyses, in terms.
+MAX_QUERY_TERMS = 32
+#: Guards: rounds per search and chunks read per search. Neither is reached by the test
+#: queries of the benchmarks (docs/performance.md); past them the answer is the best found.
+MAX_ROUNDS = 12
+MAX_CHUNKS_READ = 20_000
+#: The share of the best bound the first round reads down to; the first round also reads
+#: whole every term found in at most `RARE` times `limit` chunks (cheap, and decisive).
+FIRST_ROUND = 0.8
+RARE = 4
+#: How far a round may lower the threshold below the last one, at most (a round that would
+#: finish the search lowers it further; `_next_threshold`).
+STEP = 0.6
+#: Reading stops once the `limit`-th score times this exceeds what an unseen chunk could
+#: still score; 1.0 is exact.
+PRUNING = 1.0
+
+SEPARATOR = "|"
+# The totals of a knowledge base live in its lexicon row with the empty term.
+TOTALS = ""
+
+_POSITIONS = ["", *(",".join(map(str, range(1, n + 1))) for n in range(1, MAX_TF + 1))]
+
+
+def _reference_parts() -> tuple[float, float]:
+    return REFERENCE_K1 * (1 - REFERENCE_B), REFERENCE_K1 * REFERENCE_B / REFERENCE_LENGTH
+
+
+@lru_cache(maxsize=65536)
+def level(tf: int, length: int) -> int:
+    """The level of a term occurring `tf` times in a chunk of `length` terms."""
+    a0, b0 = _reference_parts()
+    kappa = tf / (tf + a0 + b0 * length)
+    return max(0, min(LEVELS - 1, int((math.log(kappa) + LEVEL_SPAN) * LEVELS / LEVEL_SPAN)))
+
+
+def _level_ceiling(value: int) -> float:
+    """The largest κ a posting of level `value` can have."""
+    if value >= LEVELS - 1:
+        return 1.0
+    return math.exp((value + 1) * LEVEL_SPAN / LEVELS - LEVEL_SPAN)
+
+
+# q(L) = 1/κ_max(L) - 1: a posting of level L has (k1₀ · (1 - b₀ + b₀ · dl / L₀)) / tf ≥ q(L).
+_LEVEL_Q = [1.0 / _level_ceiling(value) - 1.0 for value in range(LEVELS)]
+
+
+def lexeme(term: str, value: int) -> str:
+    return f"{term}{SEPARATOR}{value:02d}"
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class EncodedTerms:
+    """A chunk's lexical columns: `search_vector`, `lexical_terms` (as tsvector literals)
+    and `lexical_length`."""
+
+    levels: str
+    terms: str
+    length: int
+
+
+def encode_terms(terms: Sequence[str]) -> EncodedTerms:
+    """The lexical columns of a chunk indexed under `terms` (in order, with repetitions)."""
+    length = len(terms)
+    counts = [(term, min(tf, MAX_TF)) for term, tf in Counter(terms).items()]
+    return EncodedTerms(
+        " ".join(_quoted(lexeme(term, level(tf, length))) for term, tf in counts),
+        " ".join(_quoted(term) + ":" + _POSITIONS[tf] for term, tf in counts),
+        length,
+    )
+
+
+def chunk_terms(text: str, title_terms: Sequence[str], language: str) -> list[str]:
+    """The terms a chunk is indexed under: its own text's, then its document title's."""
+    return [*document_terms(text, language), *title_terms]
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+
+
+@dataclass(frozen=True)
+class Bm25:
+    """The configured BM25 parameters (`SEARCH_BM25_K1`, `SEARCH_BM25_B`)."""
+
+    k1: float
+    b: float
+
+    @classmethod
+    def from_settings(cls) -> Bm25:
+        settings = knowledge_settings
+        return cls(float(settings.SEARCH_BM25_K1), float(settings.SEARCH_BM25_B))
+
+
+_STATISTICS = """/* bk:lexicon */
+SELECT term, sum(chunks), sum(length), max(top)
+FROM bailing_knowledge_lexicon
+WHERE knowledge_base_id = ANY(%(kbs)s) AND term = ANY(%(terms)s)
+GROUP BY term
+"""
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """What BM25 needs of the knowledge bases searched, for the terms of one query."""
+
+    chunks: int
+    average_length: float
+    df: dict[str, int]
+    top: dict[str, int]
+
+    @classmethod
+    def load(cls, cursor: Any, kb_ids: Sequence[int], terms: Sequence[str]) -> Statistics:
+        cursor.execute(_STATISTICS, {"kbs": list(kb_ids), "terms": [TOTALS, *terms]})
+        rows = {term: (int(n), int(total), int(top)) for term, n, total, top in cursor.fetchall()}
+        chunks, total, _ = rows.pop(TOTALS, (0, 0, 0))
+        return cls(
+            chunks=chunks,
+            average_length=total / chunks if chunks else 0.0,
+            df={term: n for term, (n, _, _) in rows.items() if n > 0},
+            top={term: top for term, (n, _, top) in rows.items() if n > 0},
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The leg
+
+
+# SQL from module constants only; values go in as parameters.
+# Each level is looked up in the GIN index on its own (a lateral join over the lexemes
+# wanted): the planner cannot mistake a round for a scan of the table, however common its
+# terms. A chunk found through two terms comes twice (the caller keeps one); its document is
+# checked by key.
+_ROUND = f"""/* bk:lexical */
+SELECT c.id, c.lexical_length,
+       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text
+FROM unnest(%(wanted)s::text[]) AS w(lexeme)
+CROSS JOIN LATERAL (
+    SELECT c.id, c.document_id, c.revision, c.lexical_length, c.lexical_terms
+    FROM bailing_knowledge_chunk c
+    WHERE c.search_vector @@ w.lexeme::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
+      AND c.id <> ALL(%(seen)s::bigint[])
+) c
+CROSS JOIN LATERAL (
+    SELECT 1 FROM bailing_knowledge_document d WHERE {DOCUMENT_VISIBLE_SQL} LIMIT 1
+) visible
+"""  # noqa: S608
+
+
+class LexicalLeg:
+    """BM25 top-k over knowledge bases of one language, for one query."""
+
+    def __init__(
+        self,
+        query: str,
+        kbs: Sequence[KnowledgeBase],
+        visibility: Visibility,
+        language: str,
+        bm25: Bm25 | None = None,
+    ) -> None:
+        self.kb_ids = [kb.pk for kb in kbs]
+        self.visibility = visibility
+        self.terms = query_terms(query, language, max_terms=MAX_QUERY_TERMS)
+        self.bm25 = bm25 or Bm25.from_settings()
+        #: What the last `ranking` did: rounds run and chunks read (benchmarks report it).
+        self.rounds = 0
+        self.chunks_read = 0
+
+    def _prepare(self, cursor: Any) -> tuple[Statistics, dict[str, float]] | None:
+        if not self.terms or not self.kb_ids:
+            return None
+        stats = Statistics.load(cursor, self.kb_ids, self.terms)
+        if not stats.chunks or not stats.df:
+            return None
+        n = stats.chunks
+        idf = {
+            term: math.log(1 + (n - df + 0.5) / (df + 0.5))
+            for term in self.terms
+            if (df := stats.df.get(term))
+        }
+        return stats, idf
+
+    def _scorer(self, stats: Statistics, idf: dict[str, float]) -> _Scorer:
+        return _Scorer(self.bm25, stats.average_length or 1.0, idf)
+
+    def ranking(self, limit: int, cursor: Any = None) -> list[tuple[int, float]]:
+        """The best `limit` visible chunks, (id, score), best first: exact BM25 top-k."""
+        if cursor is None:
+            with transaction.atomic(), connection.cursor() as own:
+                return self.ranking(limit, own)
+        self.rounds = self.chunks_read = 0
+        prepared = self._prepare(cursor)
+        if prepared is None or limit <= 0:
+            return []
+        stats, idf = prepared
+        scorer = self._scorer(stats, idf)
+        terms = list(idf)
+        # The next level to read of each term, from its highest one down; -1: all read.
+        frontier = {term: stats.top[term] for term in terms}
+        scores: dict[int, float] = {}
+        best: list[float] = []  # the `limit` best scores, ascending
+        beta = FIRST_ROUND * max(scorer.bound(t, frontier[t]) for t in terms)
+        params = {
+            **self.visibility.params(self.kb_ids),
+            "terms": terms,
+        }
+        rare = {term for term in terms if stats.df[term] <= RARE * limit}
+        while True:
+            wanted: list[str] = []
+            for term in terms:
+                value = frontier[term]
+                floor = -math.inf if not self.rounds and term in rare else beta
+                while value >= 0 and scorer.bound(term, value) >= floor:
+                    wanted.append(lexeme(term, value))
+                    value -= 1
+                frontier[term] = value
+            if wanted:
+                self.rounds += 1
+                cursor.execute(
+                    _ROUND,
+                    {
+                        **params,
+                        "wanted": [_quoted(item) for item in wanted],
+                        "seen": list(scores),
+                    },
+                )
+                for chunk_id, length, vector in cursor.fetchall():
+                    if chunk_id in scores:  # found through another term too
+                        continue
+                    score = scorer.score(vector, length)
+                    scores[chunk_id] = score
+                    if len(best) < limit:
+                        bisect.insort(best, score)
+                    elif score > best[0]:
+                        best.pop(0)
+                        bisect.insort(best, score)
+            remaining = sum(scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0)
+            kth = best[0] if len(best) >= limit else 0.0
+            if remaining == 0 or (len(best) >= limit and kth * PRUNING > remaining):
+                break
+            if self.rounds >= MAX_ROUNDS or len(scores) >= MAX_CHUNKS_READ:
+                logger.warning(
+                    "Lexical search stopped after %s rounds and %s chunks", self.rounds, len(scores)
+                )
+                break
+            beta = _next_threshold(
+                [scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0], kth, beta
+            )
+        self.chunks_read = len(scores)
+        return _top(scores.items(), limit)
+
+    def exhaustive(self, limit: int, cursor: Any = None) -> list[tuple[int, float]]:
+        """Every visible chunk holding a query term, scored: the reference `ranking` meets."""
+        if cursor is None:
+            with transaction.atomic(), connection.cursor() as own:
+                return self.exhaustive(limit, own)
+        prepared = self._prepare(cursor)
+        if prepared is None or limit <= 0:
+            return []
+        stats, idf = prepared
+        scorer = self._scorer(stats, idf)
+        cursor.execute(
+            _ROUND,
+            {
+                **self.visibility.params(self.kb_ids),
+                "terms": list(idf),
+                "wanted": [_quoted(t + SEPARATOR) + ":*" for t in idf],
+                "seen": [],
+            },
+        )
+        scores = {row[0]: scorer.score(row[2], row[1]) for row in cursor.fetchall()}
+        return _top(scores.items(), limit)
+
+
+def _top(items: Iterable[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
+    return sorted(items, key=lambda item: (-item[1], item[0]))[:limit]
+
+
+def _next_threshold(bounds: list[float], kth: float, beta: float) -> float:
+    """The threshold of the next round, always below the last one.
+
+    With `limit` scores found, it is the highest threshold that would end the search if
+    the `limit`-th score stayed where it is (it only grows), unless that reads far more
+    than a geometric step down, which comes first then: most searches end in 1-3 rounds.
+    """
+    step = beta * STEP
+    if kth <= 0 or not bounds:
+        return step
+    kth *= PRUNING
+    # The largest t with Σ min(bound, t) ≤ kth: what is left once every level ≥ t is read.
+    ordered = sorted(bounds)
+    below = 0.0
+    target = 0.0
+    for index, bound in enumerate(ordered):
+        t = (kth - below) / (len(ordered) - index)
+        if t <= bound:
+            target = t
+            break
+        below += bound
+    return max(step, min(target, beta * 0.95))
+
+
+class _Scorer:
+    """Exact BM25 contributions, and upper bounds of what an unread level can contribute."""
+
+    def __init__(self, bm25: Bm25, average_length: float, idf: dict[str, float]) -> None:
+        self.k1 = bm25.k1
+        self.idf = idf
+        self.a = bm25.k1 * (1 - bm25.b)
+        self.b = bm25.k1 * bm25.b / average_length
+        a0, b0 = _reference_parts()
+        # K / tf ≥ rho · K₀ / tf for every chunk length (K and K₀ are affine in dl).
+        self.rho = min(self.a / a0 if a0 else math.inf, self.b / b0 if b0 else math.inf)
+        self._bounds = {
+            term: [weight * (self.k1 + 1) / (1 + self.rho * q) for q in _LEVEL_Q]
+            for term, weight in idf.items()
+        }
+
+    def bound(self, term: str, value: int) -> float:
+        return self._bounds[term][value] if value >= 0 else 0.0
+
+    def score(self, vector: str, length: int) -> float:
+        """BM25 of a chunk from the text of its filtered terms (`'term':1A,2A ...`)."""
+        total = 0.0
+        norm = self.a + self.b * length
+        for item in vector.split():
+            text, _, positions = item.rpartition(":")
+            term = text[1:-1]
+            weight = self.idf.get(term)
+            if weight is None:
+                continue
+            tf = positions.count(",") + 1
+            total += weight * (self.k1 + 1) * tf / (tf + norm)
+        return total
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points for tests and benchmarks
+
+
+def _language_groups(kbs: Sequence[KnowledgeBase]) -> list[tuple[str, list[KnowledgeBase]]]:
+    groups: dict[str, list[KnowledgeBase]] = {}
+    for kb in kbs:
+        groups.setdefault(kb.language, []).append(kb)
+    return sorted(groups.items())
+
+
+def lexical_ranking(
+    query: str, kbs: Sequence[KnowledgeBase], visibility: Visibility, limit: int
+) -> list[tuple[int, float]]:
+    """The lexical leg as a search runs it, (chunk id, score) best first."""
+    found: list[tuple[int, float]] = []
+    for language, group in _language_groups(kbs):
+        found += LexicalLeg(query, group, visibility, language).ranking(limit)
+    return _top(found, limit)
+
+
+def exhaustive_ranking(
+    query: str, kbs: Sequence[KnowledgeBase], visibility: Visibility, limit: int
+) -> list[tuple[int, float]]:
+    """Exact BM25 over every visible matching chunk: the reference of `lexical_ranking`."""
+    found: list[tuple[int, float]] = []
+    for language, group in _language_groups(kbs):
+        found += LexicalLeg(query, group, visibility, language).exhaustive(limit)
+    return _top(found, limit)

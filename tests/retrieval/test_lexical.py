@@ -1,0 +1,201 @@
+"""The BM25 lexical leg: exact scores, exact top-k without reading every match, its plan."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pytest
+from django.db import connection, transaction
+
+from bailing_knowledge import services
+from bailing_knowledge.ingestion.documents import DocumentInput, upsert_document, upsert_documents
+from bailing_knowledge.models import Chunk
+from bailing_knowledge.retrieval import lexical
+from bailing_knowledge.retrieval.analysis import document_terms
+from bailing_knowledge.retrieval.lexical import (
+    LEVELS,
+    Bm25,
+    LexicalLeg,
+    encode_terms,
+    exhaustive_ranking,
+    level,
+    lexical_ranking,
+)
+from bailing_knowledge.retrieval.visibility import Visibility
+
+pytestmark = pytest.mark.django_db
+
+# Word frequencies shaped like text: a few very common words, many rare ones.
+VOCABULARY = [f"w{i:03d}" for i in range(300)]
+WEIGHTS = [1 / (rank + 1) for rank in range(len(VOCABULARY))]
+
+
+def _random_corpus(kb, documents: int, seed: int) -> None:
+    rng = random.Random(seed)
+
+    def inputs():
+        for number in range(documents):
+            words = rng.choices(VOCABULARY, WEIGHTS, k=rng.randint(20, 400))
+            yield DocumentInput(f"d{number}.md", f"Doc {number}", " ".join(words))
+
+    for result in upsert_documents(kb, inputs()):
+        assert result.outcome == "created", result
+
+
+def _random_query(rng: random.Random) -> str:
+    return " ".join(rng.choices(VOCABULARY, WEIGHTS, k=rng.randint(1, 6)))
+
+
+def test_scores_are_lucene_bm25_over_the_chunk_and_its_title(kb, settings):
+    settings.BAILING_KNOWLEDGE = {"SEARCH_BM25_K1": 1.2, "SEARCH_BM25_B": 0.75}
+    texts = {"a.md": "alpha alpha beta", "b.md": "beta gamma", "c.md": "gamma gamma gamma delta"}
+    for key, text in texts.items():
+        upsert_document(kb, key, "Zeta", text)
+    # Each document is one chunk, indexed under its text and its title ("zeta").
+    terms = {key: [*text.split(), "zeta"] for key, text in texts.items()}
+    n = len(terms)
+    average = sum(map(len, terms.values())) / n
+
+    def bm25(key: str, query: list[str]) -> float:
+        counts = Counter(terms[key])
+        total = 0.0
+        for term in query:
+            df = sum(term in t for t in terms.values())
+            if not counts[term]:
+                continue
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            tf = counts[term]
+            total += idf * 2.2 * tf / (tf + 1.2 * (0.25 + 0.75 * len(terms[key]) / average))
+        return total
+
+    ranking = lexical_ranking("gamma beta", [kb], Visibility(), 10)
+    keys = dict(Chunk.objects.values_list("pk", "document__source_key"))
+    expected = sorted(texts, key=lambda key: -bm25(key, ["gamma", "beta"]))
+    assert [keys[chunk_id] for chunk_id, _ in ranking] == expected
+    for chunk_id, score in ranking:
+        assert score == pytest.approx(bm25(keys[chunk_id], ["gamma", "beta"]))
+
+
+def test_queries_are_stemmed_like_documents(kb):
+    upsert_document(kb, "run.md", "Exercise", "She runs every morning before work.")
+    upsert_document(kb, "other.md", "Cooking", "Boil the pasta for ten minutes.")
+    ranking = lexical_ranking("running", [kb], Visibility(), 5)
+    assert len(ranking) == 1
+    assert Chunk.objects.get(pk=ranking[0][0]).document.source_key == "run.md"
+    assert lexical_ranking("the of and", [kb], Visibility(), 5) == []
+
+
+@pytest.mark.parametrize("limit", [1, 3, 10, 40])
+def test_the_top_k_equals_an_exhaustive_bm25(kb, limit):
+    _random_corpus(kb, 60, seed=7)
+    rng = random.Random(limit)
+    for _ in range(40):
+        query = _random_query(rng)
+        leg = LexicalLeg(query, [kb], Visibility(), kb.language)
+        found = leg.ranking(limit)
+        expected = LexicalLeg(query, [kb], Visibility(), kb.language).exhaustive(limit)
+        assert [score for _, score in found] == pytest.approx([s for _, s in expected]), query
+        assert [chunk for chunk, _ in found] == [chunk for chunk, _ in expected], query
+
+
+def test_a_common_term_is_not_read_whole(kb):
+    """The first ranks of a term found everywhere come without reading every match."""
+    rng = random.Random(2)
+
+    def inputs():
+        for number in range(200):
+            repeat = 12 if number % 50 == 0 else 1
+            words = ["common"] * repeat + rng.choices(VOCABULARY, k=60)
+            yield DocumentInput(f"d{number}.md", f"Doc {number}", " ".join(words))
+
+    for result in upsert_documents(kb, inputs()):
+        assert result.outcome == "created"
+    leg = LexicalLeg("common", [kb], Visibility(), kb.language)
+    found = leg.ranking(3)
+    expected = LexicalLeg("common", [kb], Visibility(), kb.language).exhaustive(3)
+    assert found == expected
+    assert leg.chunks_read < 50, leg.chunks_read
+
+
+def test_other_bm25_parameters_keep_the_top_k_exact(kb):
+    """Levels are ordered with fixed reference constants; other k1 and b stay exact."""
+    _random_corpus(kb, 40, seed=11)
+    rng = random.Random(5)
+    for k1, b in [(0.9, 0.4), (2.0, 1.0), (0.5, 0.0)]:
+        for _ in range(10):
+            query = _random_query(rng)
+            bm25 = Bm25(k1, b)
+            found = LexicalLeg(query, [kb], Visibility(), kb.language, bm25).ranking(10)
+            expected = LexicalLeg(query, [kb], Visibility(), kb.language, bm25).exhaustive(10)
+            assert [c for c, _ in found] == [c for c, _ in expected], (k1, b, query)
+
+
+def test_hidden_documents_take_no_slot(kb):
+    upsert_document(kb, "public.md", "Public", "refund refund policy")
+    upsert_document(
+        kb, "staff.md", "Staff", "refund refund refund refund", metadata={"audiences": ["staff"]}
+    )
+    keys = dict(Chunk.objects.values_list("pk", "document__source_key"))
+    customer = lexical_ranking("refund", [kb], Visibility(audience="customer"), 1)
+    staff = lexical_ranking("refund", [kb], Visibility(audience="staff"), 1)
+    assert [keys[c] for c, _ in customer] == ["public.md"]
+    assert [keys[c] for c, _ in staff] == ["staff.md"]
+
+
+def test_kbs_of_other_languages_are_searched_in_their_own_language(kb):
+    german = services.create_knowledge_base("german", language="german")
+    upsert_document(german, "haus.md", "Haus", "Die Häuser sind groß.")
+    upsert_document(kb, "house.md", "House", "The houses are big.")
+    keys = dict(Chunk.objects.values_list("pk", "document__source_key"))
+    assert [keys[c] for c, _ in lexical_ranking("haus", [kb, german], Visibility(), 5)] == [
+        "haus.md"
+    ]
+    assert [keys[c] for c, _ in lexical_ranking("house", [kb, german], Visibility(), 5)] == [
+        "house.md"
+    ]
+    for query in ("haus", "house", "groß big"):
+        expected = exhaustive_ranking(query, [kb, german], Visibility(), 5)
+        assert lexical_ranking(query, [kb, german], Visibility(), 5) == expected
+
+
+def test_levels_rise_with_frequency_and_fall_with_length():
+    assert level(2, 100) > level(1, 100)
+    assert level(1, 50) > level(1, 400)
+    assert 0 <= level(1, 10**6) <= level(256, 1) <= LEVELS - 1
+
+
+def test_encoded_terms_round_trip_through_postgresql():
+    terms = document_terms("Refunds: refunds are paid in 30 days — 退款政策", "english")
+    encoded = encode_terms(terms)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT array_length(tsvector_to_array(%s::tsvector), 1), "
+            "(SELECT sum(array_length(positions, 1)) FROM unnest(%s::tsvector))",
+            [encoded.levels, encoded.terms],
+        )
+        distinct, total = cursor.fetchone()
+    assert distinct == len(set(terms))
+    assert total == encoded.length == len(terms)
+
+
+def test_a_round_is_served_by_an_index(kb):
+    """The GIN index, or the KB btree when the KB is small; which one is the planner's call
+    (the benchmark checks the GIN index at 100k chunks). Documents are checked by key."""
+    _random_corpus(kb, 30, seed=1)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "EXPLAIN " + lexical._ROUND,
+            {
+                **Visibility().params([kb.pk]),
+                "terms": ["w000"],
+                "wanted": ["'w000|90'", "'w000|89'"],
+                "seen": [],
+            },
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Seq Scan on bailing_knowledge_chunk" not in plan, plan
+    assert "Index Scan" in plan, plan
+    assert "bailing_knowledge_document_pkey" in plan, plan
