@@ -1,7 +1,8 @@
 """Bearer-token authentication of agent sessions.
 
 `Authorization: Bearer <token>` → SHA-256 → session → client, checked on every request with
-one query: nothing is cached between requests, so revoking a session or disabling a client
+one statement (`access.py`), which also answers the route re-check when the URL names a
+route. Nothing is cached between requests, so revoking a session or disabling a client
 takes effect on the very next call.
 """
 
@@ -15,7 +16,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
-from . import constants
+from . import access, constants
 from .conf import knowledge_settings
 from .models import AgentSession, Client, hash_token
 
@@ -64,22 +65,28 @@ class AgentBearerAuthentication(BaseAuthentication):
             token = parts[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed() from None
-        return self.authenticate_credentials(token)
+        return self.authenticate_credentials(token, route_key=_route_key(request))
 
-    def authenticate_credentials(self, token: str) -> tuple[AgentUser, AgentSession]:
+    def authenticate_credentials(
+        self, token: str, route_key: str | None = None
+    ) -> tuple[AgentUser, AgentSession]:
+        """Return the token's live session; with `route_key`, check that route in passing.
+
+        The route's answer rides on the session for `AgentRoutePermission`, which turns a
+        refusal into 403: a live session with a route it may not use is still authenticated.
+        """
         if (
             not token.startswith(constants.ACCESS_TOKEN_PREFIX)
             or len(token) > _MAX_TOKEN_LENGTH
             or not _TOKEN_ALPHABET.issuperset(token[len(constants.ACCESS_TOKEN_PREFIX) :])
         ):
             raise exceptions.AuthenticationFailed()
-        session = (
-            AgentSession.objects.select_related("client")
-            .filter(token_hash=hash_token(token))
-            .first()
-        )
         now = timezone.now()
-        if session is None or not session.is_active(now) or not session.client.enabled:
+        if route_key is None:
+            session = access.live_session(hash_token(token), now)
+        else:
+            session = access.live_session_and_route(hash_token(token), now, route_key)
+        if session is None:
             raise exceptions.AuthenticationFailed()
         self._touch(session, now)
         return AgentUser(session), session
@@ -94,3 +101,10 @@ class AgentBearerAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return f'{self.keyword} realm="agent-api"'
+
+
+def _route_key(request: Request) -> str | None:
+    """The route named in the URL (the `route` the permission re-checks), if any."""
+    context = getattr(request, "parser_context", None) or {}
+    route_key = context.get("kwargs", {}).get("route")
+    return route_key if isinstance(route_key, str) else None

@@ -7,6 +7,7 @@ from typing import Any
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+from . import access
 from .models import AgentSession, Route
 
 
@@ -14,24 +15,10 @@ def allowed_route(session: AgentSession, route_key: str) -> Route | None:
     """Return the route if `session` may use it now, else None.
 
     The route must be enabled, have its Agent Client runtime switched on, be among both the
-    client's and the session's routes, and admit the principal's audience. One query.
+    client's and the session's routes, and admit the principal's audience. One statement,
+    which also brings the route's knowledge bases (`route.knowledge_bases.all()` is cached).
     """
-    route = (
-        Route.objects.filter(
-            route_key=route_key,
-            enabled=True,
-            agent_client_enabled=True,
-            clients=session.client_id,
-            agent_sessions=session.pk,
-        )
-        .prefetch_related("knowledge_bases")
-        .first()
-    )
-    if route is None:
-        return None
-    if route.allowed_audiences and session.principal_audience not in route.allowed_audiences:
-        return None
-    return route
+    return access.admitted_route(session, route_key)
 
 
 class AgentRoutePermission(BasePermission):
@@ -46,7 +33,11 @@ class AgentRoutePermission(BasePermission):
         session = request.auth
         if not isinstance(session, AgentSession):
             return False
-        route = allowed_route(session, view.kwargs.get("route", ""))
+        route_key = view.kwargs.get("route", "")
+        # Usually already answered by the authentication's statement, for this request.
+        checked, route = access.checked_route(session, route_key)
+        if not checked:
+            route = allowed_route(session, route_key)
         if route is None:
             return False
         request.agent_route = route

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from bailing_knowledge import services
-from bailing_knowledge.models import AgentSession
+from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.models import AgentSession, Route
 
 from .conftest import AGENT_ENDPOINTS, AgentCaller, assert_error
 
@@ -55,6 +60,10 @@ def _agent_client_off(issued, route, **_):
 
 def _unknown_route(issued, **_):
     return "no-such-route"
+
+
+def _leave_session_routes(issued, **_):
+    AgentSession.objects.get(pk=issued.session.pk).allowed_routes.clear()
 
 
 UNAUTHORIZED = {
@@ -114,8 +123,20 @@ def test_matching_audience_is_allowed(method, path, body, issued, route):
     assert response.status_code not in (401, 403)
 
 
+LOCKOUTS = [
+    _expire,
+    _revoke,
+    _disable_client,
+    _disable_route,
+    _agent_client_off,
+    _audience_mismatch,
+    _route_outside_client,
+    _leave_session_routes,
+]
+
+
 @pytest.mark.parametrize(("method", "path", "body"), AGENT_ENDPOINTS)
-@pytest.mark.parametrize("lockout", [_revoke, _disable_client, _disable_route, _agent_client_off])
+@pytest.mark.parametrize("lockout", LOCKOUTS, ids=lambda lockout: lockout.__name__)
 def test_lockout_takes_effect_on_the_very_next_request(lockout, method, path, body, issued, route):
     caller = AgentCaller(issued.access_token)
     url = path.format(route=route.route_key)
@@ -124,16 +145,136 @@ def test_lockout_takes_effect_on_the_very_next_request(lockout, method, path, bo
     assert caller.call(method, url, body).status_code in (401, 403)
 
 
-def test_authentication_costs_a_bounded_number_of_queries(
-    agent, route, django_assert_max_num_queries
-):
-    agent.get("/workspaces/orders/knowledge/capabilities")  # first call records last_seen
-    # Token lookup, route check, the route's KBs: no query per KB or per route.
+CAPABILITIES = "/workspaces/orders/knowledge/capabilities"
+
+
+def _reading(queries, model_or_table) -> list[str]:
+    """The captured statements that read a table (a model's, or an M2M through table)."""
+    table = getattr(getattr(model_or_table, "_meta", None), "db_table", model_or_table)
+    return [q["sql"] for q in queries if re.search(rf"\b{table}\b", q["sql"])]
+
+
+def test_capabilities_is_one_statement(agent, route, settings):
+    settings.BAILING_KNOWLEDGE = {"SESSION_LAST_SEEN_INTERVAL": 3600}
+    agent.get(CAPABILITIES)  # the first call records last_seen
+    # However many KBs the route has: no query per KB, nor one for the KBs at all.
     for extra in range(5):
         services.bind_knowledge_bases(route, [services.create_knowledge_base(f"kb-{extra}")])
-    with django_assert_max_num_queries(3):
-        response = agent.get("/workspaces/orders/knowledge/capabilities")
+    with CaptureQueriesContext(connection) as queries:
+        response = agent.get(CAPABILITIES)
     assert response.status_code == 200
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    body = json.loads(response.content)
+    expected = Route.objects.prefetch_related("knowledge_bases").get(pk=route.pk)
+    assert body["knowledge_scope_revision"] == expected.knowledge_scope_revision
+
+
+def test_a_due_last_seen_costs_one_more_statement(agent, settings):
+    settings.BAILING_KNOWLEDGE = {"SESSION_LAST_SEEN_INTERVAL": 0}
+    with CaptureQueriesContext(connection) as queries:
+        assert agent.get(CAPABILITIES).status_code == 200
+    assert len(queries) == 2 and queries[1]["sql"].startswith("UPDATE")
+
+
+def test_denials_cost_one_statement(agent, issued, route, settings):
+    settings.BAILING_KNOWLEDGE = {"SESSION_LAST_SEEN_INTERVAL": 3600}
+    agent.get(CAPABILITIES)  # the first call records last_seen
+    services.set_route_enabled(route, False)
+    with CaptureQueriesContext(connection) as queries:
+        assert agent.get(CAPABILITIES).status_code == 403
+    services.revoke_session(issued.session)
+    with CaptureQueriesContext(connection) as more:
+        assert agent.get(CAPABILITIES).status_code == 401
+    assert len(queries) == len(more) == 1
+
+
+def test_completing_a_run_rechecks_its_route_in_one_statement(agent, issued, route):
+    turn = {
+        "client_conversation_id": "c",
+        "client_turn_id": "t",
+        "user_message_id": "m",
+        "user_input": "refund",
+    }
+    response = agent.post("/workspaces/orders/turns", turn)
+    assert response.status_code == 200, response.content
+    run_id = json.loads(response.content)["run_id"]
+    with CaptureQueriesContext(connection) as queries:
+        response = agent.post(
+            f"/runs/{run_id}/complete",
+            {"assistant_message_id": "a-1", "status": "completed", "content": "Done."},
+        )
+    assert response.status_code == 200, response.content
+    # The run's route is re-checked, its KBs brought along, in one statement.
+    rechecks = _reading(queries, AgentSession.allowed_routes.through)
+    assert len(rechecks) == 1
+    assert rechecks == _reading(queries, Route.knowledge_bases.through)
+
+
+@pytest.fixture
+def refunds(kb):
+    upsert_document(kb, "refunds.md", "Refund policy", "# Refunds\n\nRefunds take five days.")
+    return kb
+
+
+def test_search_and_read_do_not_ask_for_the_route_again(agent, route, refunds, settings):
+    settings.BAILING_KNOWLEDGE = {"SESSION_LAST_SEEN_INTERVAL": 3600}
+    with CaptureQueriesContext(connection) as queries:
+        response = agent.post("/workspaces/orders/knowledge/search", {"query": "refunds"})
+    assert response.status_code == 200, response.content
+    ref = json.loads(response.content)["hints"][0]["ref"]
+    with CaptureQueriesContext(connection) as read_queries:
+        response = agent.post("/workspaces/orders/knowledge/read", {"ref": ref})
+    assert response.status_code == 200, response.content
+    for captured in (queries, read_queries):
+        first = [captured[0]["sql"]]
+        # Only the first statement (authentication with the route re-check) reads these.
+        for table in (Route, Route.knowledge_bases.through):
+            assert _reading(captured, table) == first
+
+
+def _capabilities(agent) -> dict:
+    response = agent.get(CAPABILITIES)
+    assert response.status_code == 200
+    return json.loads(response.content)
+
+
+def test_knowledge_changes_are_seen_on_the_very_next_request(agent, route, kb):
+    first = _capabilities(agent)
+    assert first["enabled"] is True
+
+    services.set_knowledge_base_enabled(kb, False)
+    disabled = _capabilities(agent)
+    assert disabled["enabled"] is False
+    assert disabled["knowledge_scope_revision"] != first["knowledge_scope_revision"]
+
+    services.set_knowledge_base_enabled(kb, True)
+    assert _capabilities(agent) == first
+
+    services.bind_knowledge_bases(route, [services.create_knowledge_base("faq", title="FAQ")])
+    bound = _capabilities(agent)
+    assert bound["knowledge_scope_revision"] not in {
+        first["knowledge_scope_revision"],
+        disabled["knowledge_scope_revision"],
+    }
+    expected = Route.objects.prefetch_related("knowledge_bases").get(pk=route.pk)
+    assert bound["knowledge_scope_revision"] == expected.knowledge_scope_revision
+
+    services.update_route(route, knowledge_bases=[])
+    assert _capabilities(agent)["enabled"] is False
+
+
+def test_a_kb_disabled_between_two_searches_is_not_searched(agent, refunds):
+    search = "/workspaces/orders/knowledge/search"
+    assert json.loads(agent.post(search, {"query": "refunds"}).content)["hints"]
+    services.set_knowledge_base_enabled(refunds, False)
+    body = json.loads(agent.post(search, {"query": "refunds"}).content)
+    assert (body["status"], body["hints"]) == ("disabled", [])
+
+
+def test_a_revoked_session_is_refused_on_the_very_next_request(agent, issued):
+    assert agent.get(CAPABILITIES).status_code == 200
+    services.revoke_session(issued.session)
+    assert_error(agent.get(CAPABILITIES), 401, "unauthorized", issued.access_token)
 
 
 def test_last_seen_is_written_at_most_once_per_interval(agent, issued, settings):
