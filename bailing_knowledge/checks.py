@@ -43,6 +43,28 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="bailing_knowledge.E003",
             )
         )
+    errors.extend(_check_bm25())
+    return errors
+
+
+def _check_bm25() -> list[checks.CheckMessage]:
+    """k1 ≥ 0 and 0 ≤ b ≤ 1, as BM25 defines them; anything else ranks nonsense."""
+    errors: list[checks.CheckMessage] = []
+    for name, high in (("SEARCH_BM25_K1", None), ("SEARCH_BM25_B", 1.0)):
+        value = getattr(knowledge_settings, name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 <= value < float("inf")
+            or (high is not None and value > high)
+        ):
+            bounds = "between 0 and 1" if high is not None else "a finite number ≥ 0"
+            errors.append(
+                checks.Error(
+                    f"{SETTINGS_NAME}['{name}'] must be {bounds}, not {value!r}.",
+                    id="bailing_knowledge.E006",
+                )
+            )
     return errors
 
 

@@ -44,7 +44,7 @@ DEFAULTS: dict[str, Any] = {
     # BM25 term-frequency saturation and length normalisation of the lexical leg
     # (docs/retrieval.md has the measurements behind the defaults).
     "SEARCH_BM25_K1": 1.2,
-    "SEARCH_BM25_B": 0.75,
+    "SEARCH_BM25_B": 0.5,
     # Upper bound for one search's SQL, in milliseconds (0 disables it).
     "SEARCH_STATEMENT_TIMEOUT_MS": 2000,
     # Upper bound (bytes, JSON-escaped) of the bodies an inline turn carries in `knowledge`.

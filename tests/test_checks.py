@@ -29,6 +29,27 @@ def test_embedders_need_a_default_alias():
         assert "bailing_knowledge.E003" in _ids(check_settings())
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"SEARCH_BM25_K1": -1},
+        {"SEARCH_BM25_K1": float("inf")},
+        {"SEARCH_BM25_K1": "1.2"},
+        {"SEARCH_BM25_B": 1.5},
+        {"SEARCH_BM25_B": float("nan")},
+        {"SEARCH_BM25_B": True},
+    ],
+)
+def test_bm25_parameters_must_be_in_range(overrides):
+    with override_settings(BAILING_KNOWLEDGE=overrides):
+        assert "bailing_knowledge.E006" in _ids(check_settings())
+
+
+def test_bm25_parameters_at_their_bounds_pass():
+    with override_settings(BAILING_KNOWLEDGE={"SEARCH_BM25_K1": 0, "SEARCH_BM25_B": 1}):
+        assert check_settings() == []
+
+
 def test_contrib_postgres_is_required(settings):
     settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "django.contrib.postgres"]
     assert "bailing_knowledge.E005" in _ids(check_settings())

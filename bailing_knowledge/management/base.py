@@ -80,6 +80,7 @@ def knowledge_base_data(kb: KnowledgeBase) -> dict[str, Any]:
         "description": kb.description,
         "enabled": kb.enabled,
         "embedder": kb.embedder,
+        "language": kb.language,
         "tenant": kb.tenant,
         "routes": sorted(route.route_key for route in kb.routes.all()),
         "created_at": iso(kb.created_at),

@@ -53,7 +53,7 @@ LEVEL_SPAN = 6.0
 #: Reference constants of the levels: BM25's customary k1 and b, and a typical chunk length
 #: in terms. Scores use the configured values; these only order the postings.
 REFERENCE_K1 = 1.2
-REFERENCE_B = 0.75
+REFERENCE_B = 0.5
 REFERENCE_LENGTH = 100.0
 #: A tsvector keeps at most 256 positions per lexeme: `tf` is counted up to that.
 MAX_TF = 256

@@ -1,4 +1,4 @@
-"""`knowledge_base create|list|enable|disable|set-language|languages`."""
+"""`knowledge_base create|list|enable|disable|set-language|reindex-lexical|languages`."""
 
 from __future__ import annotations
 
@@ -188,6 +188,21 @@ def test_set_language_rejects_an_unknown_language(kb):
 def test_set_language_rejects_an_unknown_slug(db):
     with pytest.raises(CommandError, match="No knowledge base with slug 'missing'"):
         run("knowledge_base", "set-language", "missing", "german")
+
+
+def test_reindex_lexical_recounts_a_kbs_statistics(kb):
+    from bailing_knowledge.models import LexiconTerm
+
+    upsert_document(kb, "a.md", "Notes", "Refunds are paid within thirty days.")
+    before = {(t.term, t.chunks) for t in LexiconTerm.objects.filter(knowledge_base=kb)}
+    LexiconTerm.objects.filter(knowledge_base=kb).delete()
+    data = run_json("knowledge_base", "reindex-lexical", kb.slug)
+    assert (data["slug"], data["chunks"]) == (kb.slug, 1)
+    assert {(t.term, t.chunks) for t in LexiconTerm.objects.filter(knowledge_base=kb)} == before
+    out = run("knowledge_base", "reindex-lexical", kb.slug)
+    assert f"Re-indexed the lexical terms of 1 chunks of {kb.slug}." in out
+    with pytest.raises(CommandError, match="No knowledge base with slug 'missing'"):
+        run("knowledge_base", "reindex-lexical", "missing")
 
 
 def test_languages_lists_the_codes_and_labels(db):

@@ -1,4 +1,4 @@
-"""`manage.py knowledge_base`: create, list, enable and disable knowledge bases, set languages.
+"""`manage.py knowledge_base`: create, list, toggle knowledge bases; their language and index.
 
 Operators provision KBs from scripts and deploy pipelines, not only from the admin; this
 command gives them the same validated path (`bailing_knowledge.services`) with `--json` output.
@@ -11,6 +11,7 @@ from typing import Any
 
 from bailing_knowledge import services
 from bailing_knowledge.ingestion.documents import set_knowledge_base_language
+from bailing_knowledge.ingestion.lexicon import rebuild_lexical_index
 from bailing_knowledge.management.base import ServiceCommand, knowledge_base_data
 from bailing_knowledge.models import KnowledgeBase
 from bailing_knowledge.retrieval.analysis import DEFAULT_LANGUAGE, LANGUAGES
@@ -24,16 +25,6 @@ COLUMNS = {
     "tenant": "TENANT",
     "routes": "ROUTES",
 }
-
-
-def record(kb: KnowledgeBase) -> dict[str, Any]:
-    """The KB's JSON-ready view, with its language next to its embedder."""
-    data: dict[str, Any] = {}
-    for key, value in knowledge_base_data(kb).items():
-        data[key] = value
-        if key == "embedder":
-            data["language"] = kb.language
-    return data
 
 
 class Command(ServiceCommand):
@@ -84,6 +75,13 @@ class Command(ServiceCommand):
         set_language.add_argument("slug")
         set_language.add_argument("language", help="A language code ('languages' lists them).")
 
+        reindex = self.add_subcommand(
+            subparsers,
+            "reindex-lexical",
+            "Re-analyse a knowledge base's chunks in its language and recount its statistics.",
+        )
+        reindex.add_argument("slug")
+
         self.add_subcommand(subparsers, "languages", "List the language codes a KB may use.")
 
     def handle_create(self, **options: Any) -> None:
@@ -96,11 +94,11 @@ class Command(ServiceCommand):
             enabled=not options["disabled"],
             language=options["language"],
         )
-        self.write_record(options, record(kb), f"Created knowledge base {kb.slug}.")
+        self.write_record(options, knowledge_base_data(kb), f"Created knowledge base {kb.slug}.")
 
     def handle_list(self, **options: Any) -> None:
         kbs = KnowledgeBase.objects.prefetch_related("routes")
-        items = [record(kb) for kb in kbs]
+        items = [knowledge_base_data(kb) for kb in kbs]
         self.write_list(options, items, COLUMNS, "No knowledge bases.")
 
     def handle_enable(self, **options: Any) -> None:
@@ -112,7 +110,7 @@ class Command(ServiceCommand):
     def _set_enabled(self, options: dict[str, Any], enabled: bool) -> None:
         kb = services.set_knowledge_base_enabled(options["slug"], enabled)
         state = "enabled" if enabled else "disabled"
-        self.write_record(options, record(kb), f"Knowledge base {kb.slug} {state}.")
+        self.write_record(options, knowledge_base_data(kb), f"Knowledge base {kb.slug} {state}.")
 
     def handle_set_language(self, **options: Any) -> None:
         before = services.get_knowledge_base(options["slug"]).language
@@ -124,7 +122,15 @@ class Command(ServiceCommand):
                 f"Knowledge base {kb.slug} now uses the language {kb.language!r}; "
                 "its documents are re-indexed."
             )
-        self.write_record(options, record(kb), done)
+        self.write_record(options, knowledge_base_data(kb), done)
+
+    def handle_reindex_lexical(self, **options: Any) -> None:
+        kb = services.get_knowledge_base(options["slug"])
+        chunks = rebuild_lexical_index(kb)
+        data = {**knowledge_base_data(kb), "chunks": chunks}
+        self.write_record(
+            options, data, f"Re-indexed the lexical terms of {chunks} chunks of {kb.slug}."
+        )
 
     def handle_languages(self, **options: Any) -> None:
         items = [{"code": code, "label": label} for code, label in LANGUAGES.items()]
