@@ -317,8 +317,9 @@ class HashingEmbedder(BaseEmbedder):
 
     VERSION: ClassVar[int] = 1
     option_names = frozenset({"DIMENSIONS"})
-    # A weaker signal than full-text search on its own: it refines the ranking, not leads it.
-    fusion_weight: ClassVar[float] = 0.35
+    # Far weaker than BM25 (NFCorpus nDCG@10 about 0.17 against 0.33): at 0.05 it breaks
+    # near-ties and brings chunks no query word matches, without displacing better ones.
+    fusion_weight: ClassVar[float] = 0.05
 
     def __init__(self, alias: str = "default", options: Mapping[str, Any] | None = None) -> None:
         super().__init__(alias, options)
