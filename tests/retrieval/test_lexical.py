@@ -119,6 +119,21 @@ def test_a_common_term_is_not_read_whole(kb):
     assert leg.chunks_read < 50, leg.chunks_read
 
 
+def test_the_read_budget_bounds_the_work_and_keeps_the_best_found(kb, monkeypatch):
+    _random_corpus(kb, 80, seed=4)
+    query = " ".join(VOCABULARY[:6])
+    monkeypatch.setattr(lexical, "MAX_CHUNKS_READ", 15)
+    leg = LexicalLeg(query, [kb], Visibility(), kb.language)
+    found = leg.ranking(10)
+    assert leg.truncated
+    assert leg.chunks_read <= 15
+    assert len(found) == 10
+    # What it found is scored exactly, as the exhaustive BM25 scores it.
+    exact = dict(LexicalLeg(query, [kb], Visibility(), kb.language).exhaustive(10**6))
+    for chunk_id, score in found:
+        assert score == pytest.approx(exact[chunk_id])
+
+
 def test_other_bm25_parameters_keep_the_top_k_exact(kb):
     """Levels are ordered with fixed reference constants; other k1 and b stay exact."""
     _random_corpus(kb, 40, seed=11)
@@ -193,6 +208,7 @@ def test_a_round_is_served_by_an_index(kb):
                 "terms": ["w000"],
                 "wanted": ["'w000|90'", "'w000|89'"],
                 "seen": [],
+                "budget": 100,
             },
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
