@@ -1,4 +1,4 @@
-"""Build (or reuse) the benchmark databases of 10k and 100k chunks.
+"""Build (or reuse) the benchmark databases: 10k, 100k and (on request) 1M chunks.
 
 Documents are realistic text: NFCorpus abstracts joined into documents of 4-12 abstracts,
 each copy varied (a sentence dropped, the sentences rotated) so that no chunk repeats.
@@ -7,14 +7,19 @@ How the rows are written: through the product's own `upsert_documents` (chunker,
 `HashingEmbedder`, binary COPY), with the HNSW and GIN indexes dropped during the load and
 re-created from their own definitions afterwards (building an HNSW index is much faster than
 inserting 100k rows into one). One large document (about 1 MB, for the read benchmark) is
-then ingested through `upsert_document`, indexes in place.
+then ingested through `upsert_document`, indexes in place (at 100k chunks and above).
+
+Nothing holds more than one batch of documents in memory: the documents are generated as
+`upsert_documents` consumes them, so 1M chunks build like 100k, ten times longer.
 
 A database is reused when its recorded build version matches (see `build_version`), so a
-second `make bench` skips the build.
+second `make bench` skips the build; the build's own facts (time, index builds) are kept
+with the version and reported again on reuse.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Sequence
@@ -31,7 +36,7 @@ from .common import (
     use_database,
 )
 
-BUILD_VERSION = "bench-build-4"
+BUILD_VERSION = "bench-build-5"
 KB_SLUG = "bench"
 ROUTE_KEY = "bench"
 CLIENT_APP_ID = "bench-agent"
@@ -39,6 +44,8 @@ BIG_DOCUMENT_KEY = "handbook-1mb.md"
 BIG_DOCUMENT_BYTES = 1_000_000
 INDEXES = ("bk_chunk_embedding_hnsw_384", "bk_chunk_search_vector_gin")
 SEED = 20240601
+# The big document goes into every database of at least this many chunks.
+BIG_DOCUMENT_FROM_CHUNKS = 100_000
 
 
 def build_version(target_chunks: int, dataset: Path) -> str:
@@ -63,8 +70,16 @@ def build_version(target_chunks: int, dataset: Path) -> str:
             f"chunking={knowledge_settings.CHUNK_TARGET_CHARS}/{knowledge_settings.CHUNK_OVERLAP_CHARS}",
             *leaves,
             f"corpus={stat.st_size}",
+            f"lexical-format={_lexical_format()}",
         ]
     )
+
+
+def _lexical_format() -> int:
+    """The lexical index format the rows were written in (0 before the BM25 index)."""
+    from bailing_knowledge.retrieval import lexical
+
+    return getattr(lexical, "INDEX_FORMAT", 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,8 +153,11 @@ def _bulk_load(corpus: Sequence[tuple[str, str]], target_chunks: int) -> dict[st
     loaded = time.perf_counter()
 
     index_seconds: dict[str, float] = {}
+    # The HNSW graph is built in memory while it fits (about 1 KB per chunk here); past that
+    # the build goes on much more slowly on disk.
+    memory_gb = max(1, -(-target_chunks * 3 // 1_000_000))
     with connection.cursor() as cursor:
-        cursor.execute("SET maintenance_work_mem = '1GB'")
+        cursor.execute(f"SET maintenance_work_mem = '{memory_gb}GB'")
         cursor.execute("SET max_parallel_maintenance_workers = 1")
         for name in INDEXES:
             start = time.perf_counter()
@@ -155,14 +173,14 @@ def _bulk_load(corpus: Sequence[tuple[str, str]], target_chunks: int) -> dict[st
     }
 
 
-def ensure_scale_database(
-    name: str, target_chunks: int, dataset: Path, *, with_big_document: bool
-) -> dict[str, Any]:
+def ensure_scale_database(name: str, target_chunks: int, dataset: Path) -> dict[str, Any]:
     """Reuse `name` when its build version matches, else build it. Returns build facts."""
+    with_big_document = target_chunks >= BIG_DOCUMENT_FROM_CHUNKS
     version = build_version(target_chunks, dataset) + f"|big={int(with_big_document)}"
-    if database_version(name) == version:
+    recorded, _, built = (database_version(name) or "").partition("\n")
+    if recorded == version:
         use_database(name)
-        return {"database": name, "reused": True, **_counts()}
+        return {"database": name, "reused": True, **json.loads(built or "{}"), **storage()}
 
     from bailing_knowledge.ingestion.documents import upsert_document
 
@@ -193,35 +211,41 @@ def ensure_scale_database(
     from django.db import connection
 
     connection.close()
+    start = time.perf_counter()
     with raw_connection(name, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
-    set_database_version(name, version)
-    use_database(name)
+    facts["vacuum_analyze_s"] = round(time.perf_counter() - start, 1)
     facts["build_s"] = round(time.perf_counter() - started, 1)
+    set_database_version(name, version + "\n" + json.dumps(facts))
+    use_database(name)
     print(f"built {name} in {facts['build_s']} s", flush=True)
-    return {"database": name, "reused": False, **facts, **_counts()}
+    return {"database": name, "reused": False, **facts, **storage()}
 
 
-def _counts() -> dict[str, Any]:
+def storage() -> dict[str, Any]:
+    """Counts and sizes (bytes) of the current database; the lexicon is None before it exists."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM bailing_knowledge_chunk")
-        chunks = cursor.fetchone()[0]
-        cursor.execute("SELECT count(*) FROM bailing_knowledge_document")
-        documents = cursor.fetchone()[0]
         cursor.execute(
-            "SELECT pg_size_pretty(pg_database_size(current_database())), "
-            "pg_size_pretty(pg_relation_size('bk_chunk_embedding_hnsw_384')), "
-            "pg_relation_size('bk_chunk_embedding_hnsw_384'), "
-            "pg_size_pretty(pg_relation_size('bk_chunk_search_vector_gin'))"
+            "SELECT (SELECT count(*) FROM bailing_knowledge_chunk), "
+            "(SELECT count(*) FROM bailing_knowledge_document), "
+            "pg_database_size(current_database()), "
+            "pg_total_relation_size('bailing_knowledge_chunk'), "
+            "pg_total_relation_size(to_regclass('bailing_knowledge_lexicon')), "
+            "pg_relation_size(to_regclass(%s)), "
+            "pg_relation_size(to_regclass(%s))",
+            list(INDEXES),
         )
-        database, hnsw, hnsw_bytes, gin = cursor.fetchone()
+        chunks, documents, database, chunk_table, lexicon, hnsw, gin = cursor.fetchone()
     return {
         "total_chunks": chunks,
         "total_documents": documents,
-        "database_size": database,
-        "hnsw_size": hnsw,
-        "hnsw_bytes": hnsw_bytes,
-        "gin_size": gin,
+        "bytes": {
+            "database": database,
+            "chunk table and its indexes": chunk_table,
+            "lexicon table": lexicon,
+            "GIN index": gin,
+            "HNSW index": hnsw,
+        },
     }

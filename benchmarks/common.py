@@ -273,6 +273,41 @@ def timed(function: Callable[[], Any]) -> tuple[float, Any]:
 # Output
 
 
+@dataclass(frozen=True)
+class Target:
+    """One acceptance target: `measured` against `limit`, an upper bound unless `at_least`."""
+
+    name: str
+    measured: float
+    limit: float
+    at_least: bool = False
+    decimals: int = 3
+
+    @property
+    def passed(self) -> bool:
+        return self.measured >= self.limit if self.at_least else self.measured <= self.limit
+
+    def line(self) -> str:
+        """`TARGET <name> <measured> <limit> PASS|FAIL`, the line scripts read."""
+        verdict = "PASS" if self.passed else "FAIL"
+        measured, limit = (plain_number(x, self.decimals) for x in (self.measured, self.limit))
+        return f"TARGET {self.name} {measured} {limit} {verdict}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "measured": self.measured,
+            "limit": self.limit,
+            "at_least": self.at_least,
+            "passed": self.passed,
+        }
+
+
+def plain_number(value: float, decimals: int = 3) -> str:
+    """A plain decimal number: no exponent, at most `decimals` decimals."""
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A GitHub-style Markdown table on stdout (paste-able into the docs)."""
     cells = [[_cell(value) for value in row] for row in rows]

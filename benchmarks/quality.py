@@ -7,10 +7,16 @@ hit per document and ten documents, in three configurations: lexical only, vecto
 (the default hashing embedder) and hybrid. A document's score is its best chunk's.
 
 Metrics, averaged over all test queries (a query without hits scores 0): nDCG@10 with the
-graded relevance as gain, Recall@3 and Recall@10. Then variants, one knob at a time and a
-few combinations: settings through `override_settings(BAILING_KNOWLEDGE=...)` (candidates,
-similarity floor, ef_search, common-term cap, the vector leg's `FUSION_WEIGHT`), and the RRF
-constant by patching `hybrid.RRF_K` in this process (nothing is edited).
+graded relevance as gain, Recall@3 and Recall@10. Then the lexical leg's exactness: whether
+its top 10 (`lexical.lexical_ranking`, as search runs it) is the top 10 of an exhaustive
+BM25 (`lexical.exhaustive_ranking`) for each test query. Then variants, one knob at a time
+and a few combinations: settings through `override_settings(BAILING_KNOWLEDGE=...)`
+(candidates, similarity floor, ef_search, BM25's k1 and b, the vector leg's
+`FUSION_WEIGHT`), the RRF constant by patching `hybrid.RRF_K` in this process, and the KB
+re-indexed in the `simple` language (no stemming, no stopwords) and back.
+
+The run ends with `QUALITY <dataset> <leg> ndcg@10=<x>` for each leg and the exactness
+target as `TARGET lexical_top10_exact_<dataset> <fraction> 0.95 PASS|FAIL`.
 Results go to `.data/bench/quality-<dataset>.json`.
 """
 
@@ -28,6 +34,7 @@ from typing import Any
 
 from .common import (
     BeirDataset,
+    Target,
     code_version,
     create_database,
     heading,
@@ -38,6 +45,11 @@ from .common import (
 )
 
 KB_SLUG = "quality"
+# The exactness target: the share of test queries whose lexical top 10 is the exhaustive one.
+EXACT_TOP = 10
+EXACT_TARGET = 0.95
+# Exhaustive scores closer than this are a tie: either chunk may take the place.
+SCORE_TIE = 1e-6
 
 # Reference figures from the data sets' READMEs (nDCG@10 on test; Recall@3 where given).
 REFERENCES: dict[str, list[tuple[str, float, float | None]]] = {
@@ -58,6 +70,8 @@ CONFIGS = {
     "vector only": {"use_vector": True, "use_lexical": False},
     "hybrid": {"use_vector": True, "use_lexical": True},
 }
+# The legs as the QUALITY lines name them.
+LEGS = {"lexical": "lexical only", "vector": "vector only", "hybrid": "hybrid"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,15 +114,15 @@ def load_corpus(data: BeirDataset, dbname: str) -> dict[str, Any]:
             raise RuntimeError(f"{result.source_key}: {result.outcome} {result.error}")
         chunks += result.chunks
     seconds = time.perf_counter() - start
-    # Fresh statistics before evaluating, so that autovacuum's ANALYZE cannot change which
-    # terms count as common halfway through (the lexical leg reads them).
+    # Fresh planner statistics before evaluating, so that autovacuum's ANALYZE cannot change
+    # the plans halfway through.
     from django.db import connection
 
     from bailing_knowledge.retrieval import hybrid
 
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE bailing_knowledge_chunk")
-    if hasattr(hybrid, "clear_lexeme_statistics"):
+        cursor.execute("ANALYZE")
+    if hasattr(hybrid, "clear_lexeme_statistics"):  # the lexical leg before BM25
         hybrid.clear_lexeme_statistics()
     return {
         "documents": len(data.corpus),
@@ -125,11 +139,18 @@ class Evaluator:
         from bailing_knowledge.models import Document, KnowledgeBase
 
         self.data = data
-        self.kbs = list(KnowledgeBase.objects.filter(slug=KB_SLUG))
+        self.kbs: list[KnowledgeBase] = []
+        self.reload()
         self.source_keys = dict(
             Document.objects.filter(knowledge_base__in=self.kbs).values_list("pk", "source_key")
         )
         self.query_ids = sorted(data.qrels)[:limit] if limit else sorted(data.qrels)
+
+    def reload(self) -> None:
+        """Read the KB again (after its language changed: the search reads it from there)."""
+        from bailing_knowledge.models import KnowledgeBase
+
+        self.kbs = list(KnowledgeBase.objects.filter(slug=KB_SLUG))
 
     def ranking(self, query: str, use_vector: bool, use_lexical: bool) -> list[str]:
         from bailing_knowledge.retrieval.hybrid import HybridSearch, Visibility
@@ -158,6 +179,90 @@ class Evaluator:
             "search_p50_ms": round(statistics.median(times) * 1000, 2),
             "per_query_ndcg": ndcg,
         }
+
+
+# --------------------------------------------------------------------------------------------
+# Exactness of the lexical leg
+
+
+def lexical_module() -> Any:
+    """`bailing_knowledge.retrieval.lexical`, or None in a version without it."""
+    try:
+        from bailing_knowledge.retrieval import lexical
+    except ImportError:
+        return None
+    return lexical
+
+
+def same_top(
+    found: Sequence[int], exhaustive: Callable[[int], list[tuple[int, float]]], k: int
+) -> bool:
+    """Whether `found` is the top `k` of `exhaustive(depth)` (chunk id, score; best first),
+    position by position, two chunks whose exhaustive scores differ by less than
+    `SCORE_TIE` being interchangeable.
+
+    A chunk of `found` beyond the exhaustive top `k` may still tie with the `k`-th one:
+    its exhaustive score is looked up deeper (x10 at a time) while the tie lasts.
+    """
+    if len(set(found)) != len(found):
+        return False
+    depth = k
+    while True:
+        reference = exhaustive(depth)
+        top = reference[:k]
+        if len(found) != len(top):
+            return False
+        scores = dict(reference)
+        deeper = False
+        for chunk_id, (_, expected) in zip(found, top, strict=True):
+            score = scores.get(chunk_id)
+            if score is None:
+                # Unscored so far: only a tie running past the depth read can hold it.
+                deeper = len(reference) == depth and abs(reference[-1][1] - expected) < SCORE_TIE
+                if not deeper:
+                    return False
+                break
+            if abs(score - expected) >= SCORE_TIE:
+                return False
+        if not deeper:
+            return True
+        if depth >= 100_000:
+            return False
+        depth *= 10
+
+
+def lexical_exactness(evaluator: Evaluator) -> dict[str, Any] | None:
+    """The share of test queries whose lexical top 10 equals the exhaustive BM25 top 10."""
+    lexical = lexical_module()
+    if lexical is None:
+        return None
+    from bailing_knowledge.retrieval.hybrid import Visibility
+
+    visibility = Visibility()
+    exact, differing, seconds = 0, [], {"lexical_ranking": 0.0, "exhaustive_ranking": 0.0}
+    for query_id in evaluator.query_ids:
+        query = evaluator.data.queries[query_id]
+        start = time.perf_counter()
+        found = [cid for cid, _ in lexical.lexical_ranking(query, evaluator.kbs, visibility, 10)]
+        middle = time.perf_counter()
+
+        def exhaustive(depth: int, query: str = query) -> list[tuple[int, float]]:
+            return lexical.exhaustive_ranking(query, evaluator.kbs, visibility, depth)
+
+        if same_top(found, exhaustive, EXACT_TOP):
+            exact += 1
+        else:
+            differing.append(query_id)
+        seconds["lexical_ranking"] += middle - start
+        seconds["exhaustive_ranking"] += time.perf_counter() - middle
+    queries = len(evaluator.query_ids)
+    return {
+        "queries": queries,
+        "exact": exact,
+        "fraction": exact / queries if queries else 0.0,
+        "differing_queries": differing[:50],
+        "mean_ms": {name: round(total / queries * 1000, 2) for name, total in seconds.items()},
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,69 +300,112 @@ def vector_weight(weight: float) -> dict[str, Any]:
     }
 
 
-Variant = tuple[str, Callable[[], contextlib.AbstractContextManager[None]], dict[str, bool]]
-HYBRID = {"use_vector": True, "use_lexical": True}
-VECTOR = {"use_vector": True, "use_lexical": False}
-LEXICAL = {"use_vector": False, "use_lexical": True}
+@contextlib.contextmanager
+def language(evaluator: Evaluator, value: str) -> Iterator[None]:
+    """The KB re-indexed in another language for the duration, then back to its own."""
+    from django.db import connection
+
+    from bailing_knowledge.ingestion.documents import set_knowledge_base_language
+
+    original = {kb.pk: kb.language for kb in evaluator.kbs}
+
+    def switch(to: dict[int, str]) -> None:
+        for kb in evaluator.kbs:
+            set_knowledge_base_language(kb, to[kb.pk])
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+        evaluator.reload()
+
+    switch(dict.fromkeys(original, value))
+    try:
+        yield
+    finally:
+        switch(original)
 
 
-def variants() -> list[Variant]:
-    """(label, context, legs): one knob at a time around the defaults, then combinations."""
+Context = Callable[[], contextlib.AbstractContextManager[None]]
+# A variant: its label, what it changes for its duration, and the configurations it runs.
+Variant = tuple[str, Context, tuple[str, ...]]
+BOTH_LEGS = ("lexical only", "hybrid")
 
-    def settings(**overrides: Any) -> Callable[[], contextlib.AbstractContextManager[None]]:
+
+def variants(evaluator: Evaluator) -> tuple[list[Variant], list[str]]:
+    """(label, context, configurations) one knob at a time around the defaults, then
+    combinations; and notes on the variants this version of the product cannot run."""
+    from bailing_knowledge.conf import DEFAULTS
+
+    def settings(**overrides: Any) -> Context:
         return lambda: knowledge_settings(**overrides)
 
-    return [
-        ("lexical only", contextlib.nullcontext, LEXICAL),
-        ("vector only", contextlib.nullcontext, VECTOR),
-        (f"hybrid, defaults ({defaults()})", contextlib.nullcontext, HYBRID),
-        ("hybrid, SEARCH_CANDIDATES 20", settings(SEARCH_CANDIDATES=20), HYBRID),
-        ("hybrid, SEARCH_CANDIDATES 100", settings(SEARCH_CANDIDATES=100), HYBRID),
-        ("hybrid, SEARCH_MIN_SIMILARITY 0.1", settings(SEARCH_MIN_SIMILARITY=0.1), HYBRID),
-        ("hybrid, SEARCH_MIN_SIMILARITY 0.3", settings(SEARCH_MIN_SIMILARITY=0.3), HYBRID),
-        ("hybrid, RRF k 5", lambda: rrf_k(5), HYBRID),
-        ("hybrid, RRF k 30", lambda: rrf_k(30), HYBRID),
-        ("hybrid, RRF k 60", lambda: rrf_k(60), HYBRID),
-        ("hybrid, vector FUSION_WEIGHT 1.0", settings(EMBEDDERS=vector_weight(1.0)), HYBRID),
-        ("hybrid, vector FUSION_WEIGHT 0.5", settings(EMBEDDERS=vector_weight(0.5)), HYBRID),
-        ("hybrid, vector FUSION_WEIGHT 0.25", settings(EMBEDDERS=vector_weight(0.25)), HYBRID),
+    found: list[Variant] = [
+        ("defaults", contextlib.nullcontext, tuple(CONFIGS)),
+        ("SEARCH_CANDIDATES 20", settings(SEARCH_CANDIDATES=20), ("hybrid",)),
+        ("SEARCH_CANDIDATES 100", settings(SEARCH_CANDIDATES=100), ("hybrid",)),
+        ("SEARCH_MIN_SIMILARITY 0.1", settings(SEARCH_MIN_SIMILARITY=0.1), ("hybrid",)),
+        ("SEARCH_MIN_SIMILARITY 0.3", settings(SEARCH_MIN_SIMILARITY=0.3), ("hybrid",)),
+        ("RRF k 5", lambda: rrf_k(5), ("hybrid",)),
+        ("RRF k 30", lambda: rrf_k(30), ("hybrid",)),
+        ("RRF k 60", lambda: rrf_k(60), ("hybrid",)),
+        ("vector FUSION_WEIGHT 1.0", settings(EMBEDDERS=vector_weight(1.0)), ("hybrid",)),
+        ("vector FUSION_WEIGHT 0.5", settings(EMBEDDERS=vector_weight(0.5)), ("hybrid",)),
+        ("vector FUSION_WEIGHT 0.25", settings(EMBEDDERS=vector_weight(0.25)), ("hybrid",)),
+        ("SEARCH_EF_SEARCH 200", settings(SEARCH_EF_SEARCH=200), ("vector only", "hybrid")),
         (
-            "hybrid, SEARCH_COMMON_TERM_CHUNKS 1000",
-            settings(SEARCH_COMMON_TERM_CHUNKS=1000),
-            HYBRID,
-        ),
-        ("hybrid, SEARCH_EF_SEARCH 200", settings(SEARCH_EF_SEARCH=200), HYBRID),
-        ("hybrid, SEARCH_EF_SEARCH 1000 (near exact)", settings(SEARCH_EF_SEARCH=1000), HYBRID),
-        ("vector only, SEARCH_EF_SEARCH 200", settings(SEARCH_EF_SEARCH=200), VECTOR),
-        (
-            "vector only, SEARCH_EF_SEARCH 1000 (near exact)",
+            "SEARCH_EF_SEARCH 1000 (near exact)",
             settings(SEARCH_EF_SEARCH=1000),
-            VECTOR,
+            ("vector only", "hybrid"),
         ),
         (
-            "hybrid, ef_search 200 + min similarity 0.3",
+            "ef_search 200 + min similarity 0.3",
             settings(SEARCH_EF_SEARCH=200, SEARCH_MIN_SIMILARITY=0.3),
-            HYBRID,
+            ("hybrid",),
         ),
         (
-            "hybrid, ef_search 200 + vector weight 0.25",
+            "ef_search 200 + vector weight 0.25",
             settings(SEARCH_EF_SEARCH=200, EMBEDDERS=vector_weight(0.25)),
-            HYBRID,
+            ("hybrid",),
         ),
     ]
+    notes = []
+    if "SEARCH_BM25_K1" in DEFAULTS and "SEARCH_BM25_B" in DEFAULTS:
+        found += [
+            (f"SEARCH_BM25_K1 {k1}", settings(SEARCH_BM25_K1=k1), BOTH_LEGS)
+            for k1 in (0.9, 1.2, 1.5)
+        ]
+        found += [
+            (f"SEARCH_BM25_B {b}", settings(SEARCH_BM25_B=b), BOTH_LEGS) for b in (0.4, 0.6, 0.75)
+        ]
+    else:
+        notes.append("BM25 variants skipped: no SEARCH_BM25_K1 / SEARCH_BM25_B settings")
+    from bailing_knowledge.ingestion import documents
+
+    if hasattr(documents, "set_knowledge_base_language"):
+        # Last: it re-indexes the KB twice.
+        found.append(("language simple", lambda: language(evaluator, "simple"), BOTH_LEGS))
+    else:
+        notes.append("language variant skipped: no set_knowledge_base_language")
+    return found, notes
 
 
 def defaults() -> str:
     """The settings the "defaults" row runs with, read from the code under test."""
+    from bailing_knowledge.conf import DEFAULTS
     from bailing_knowledge.conf import knowledge_settings as current
+    from bailing_knowledge.models import KnowledgeBase
     from bailing_knowledge.retrieval import hybrid
 
     weight = hybrid.fusion_weight("default") if hasattr(hybrid, "fusion_weight") else 1.0
-    return (
+    text = (
         f"candidates {current.SEARCH_CANDIDATES}, min similarity "
         f"{current.SEARCH_MIN_SIMILARITY}, RRF k {hybrid.RRF_K}, vector weight {weight}, "
         f"ef_search {current.SEARCH_EF_SEARCH}"
     )
+    if "SEARCH_BM25_K1" in DEFAULTS:
+        text += f", BM25 k1 {current.SEARCH_BM25_K1} b {current.SEARCH_BM25_B}"
+    languages = sorted(
+        {getattr(kb, "language", "") for kb in KnowledgeBase.objects.filter(slug=KB_SLUG)}
+    )
+    return text + f", language {' '.join(languages) or '-'}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,25 +503,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(paired standard error {difference['standard_error']})"
         )
 
+    heading("Lexical leg: top 10 against an exhaustive BM25")
+    exactness = results["lexical_exactness"] = lexical_exactness(evaluator)
+    if exactness is None:
+        print("skipped: this version has no bailing_knowledge.retrieval.lexical")
+    else:
+        print(
+            f"{exactness['exact']} of {exactness['queries']} test queries have the exhaustive "
+            f"top {EXACT_TOP} ({exactness['fraction']:.4f}); mean ms per query: "
+            f"{exactness['mean_ms']}"
+        )
+
     if not args.no_variants:
         heading("Variants")
         subset = Evaluator(data, min(filter(None, (args.variant_limit, args.limit)), default=None))
-        print(f"on {len(subset.query_ids)} test queries\n")
+        found, notes = variants(subset)
+        print(f"on {len(subset.query_ids)} test queries; defaults: {defaults()}\n")
+        for note in notes:
+            print(f"  ({note})")
         results["variants_queries"] = len(subset.query_ids)
+        results["variants_notes"] = notes
         results["variants"] = []
-        for label, context, legs in variants():
+        for label, context, legs in found:
             with context():
-                r = subset.evaluate(**legs)
-            results["variants"].append(
-                {
-                    "variant": label,
-                    "ndcg_at_10": r["ndcg_at_10"],
-                    "recall_at_3": r["recall_at_3"],
-                    "recall_at_10": r["recall_at_10"],
-                    "search_p50_ms": r["search_p50_ms"],
-                }
-            )
-            print(f"  {label}: nDCG@10 {r['ndcg_at_10']:.4f}", flush=True)
+                for leg in legs:
+                    r = subset.evaluate(**CONFIGS[leg])
+                    results["variants"].append(
+                        {
+                            "variant": f"{leg}, {label}",
+                            "ndcg_at_10": r["ndcg_at_10"],
+                            "recall_at_3": r["recall_at_3"],
+                            "recall_at_10": r["recall_at_10"],
+                            "search_p50_ms": r["search_p50_ms"],
+                        }
+                    )
+                    print(f"  {leg}, {label}: nDCG@10 {r['ndcg_at_10']:.4f}", flush=True)
         print()
         print_table(
             ["variant", "nDCG@10", "Recall@3", "Recall@10", "p50 ms"],
@@ -394,6 +558,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["seconds"] = round(time.perf_counter() - started, 1)
     path = write_json(f"quality-{name}.json", results)
     print(f"total {results['seconds']} s; results in .data/bench/{path.name}")
+    heading("Summary")
+    for leg, config in LEGS.items():
+        print(f"QUALITY {name} {leg} ndcg@10={configs[config]['ndcg_at_10']:.4f}")
+    if exactness is None:
+        print("(lexical exactness target skipped: no bailing_knowledge.retrieval.lexical)")
+    else:
+        target = Target(f"lexical_top10_exact_{name}", exactness["fraction"], EXACT_TARGET, True, 4)
+        print(target.line())
     return 0
 
 

@@ -8,24 +8,29 @@ as a WSGI server's `request_started`/`request_finished` signals do: persistent c
 (`CONN_MAX_AGE`) and their health checks then behave as they do in production.
 
 "Raw SQL" is the same hybrid query without anything around it: the statements
-`HybridSearch` sends for a query (transaction settings, term statistics and df probe,
-lexical leg, vector leg, candidate fetch, validation) are recorded once with their exact
-parameters, then replayed on a plain psycopg connection that binds parameters on the client
-as Django does. The replay leaves out the savepoints around each leg, the embedder call,
-the Python around the SQL (fusion, signing, budgets) and the framework. Recording instead
-of re-implementing keeps the comparison exact whatever the hybrid query looks like.
+`HybridSearch` sends for a query (transaction settings, term statistics, lexical leg, vector
+leg, candidate fetch, validation) are recorded once with their exact parameters, then
+replayed on a plain psycopg connection that binds parameters on the client as Django does.
+The replay leaves out the savepoints around each leg, the embedder call, the Python around
+the SQL (scoring between lexical rounds, fusion, signing, budgets) and the framework.
+Recording instead of re-implementing keeps the comparison exact whatever the hybrid query
+looks like; a part of it (the vector leg alone, the lexical leg alone) is replayed by
+picking its statements by step.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .common import raw_connection, use_database
 
 API = "/agent-api/v1/workspaces/{route}/knowledge/{action}"
+# `benchmarks.floor.FloorView`, as `benchmarks.urls` routes it.
+FLOOR = "/bench/floor/{route}/capabilities"
 
 
 class Agent:
@@ -41,10 +46,15 @@ class Agent:
     def call(
         self, method: str, action: str, body: dict[str, Any] | None = None
     ) -> tuple[float, dict[str, Any]]:
+        """(seconds, decoded JSON) of one request to an agent API action."""
+        return self.request(method, API.format(route=self.route, action=action), body)
+
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[float, dict[str, Any]]:
         """(seconds, decoded JSON) of one request; the JSON is decoded outside the timing."""
         from django.db import close_old_connections
 
-        path = API.format(route=self.route, action=action)
         kwargs: dict[str, Any] = {"headers": self.headers}
         if body is not None:
             kwargs.update(data=json.dumps(body), content_type="application/json")
@@ -54,24 +64,33 @@ class Agent:
         elapsed = time.perf_counter() - start
         close_old_connections()  # request_finished: after the response is out
         if response.status_code != 200:
-            raise RuntimeError(f"{action}: HTTP {response.status_code} {response.content[:300]!r}")
+            raise RuntimeError(f"{path}: HTTP {response.status_code} {response.content[:300]!r}")
         return elapsed, json.loads(response.content)
 
     def post(self, action: str, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
         return self.call("post", action, body)
 
 
-# The statements of a search, by what they do (matched on their SQL text).
+# The statements of a search, by what they do. The product marks each statement with a
+# comment at its start (`/* bk:<step> */`); the substrings after the markers recognise the
+# statements of the code before the markers (and its df probe, a part of "lexicon").
 STEP_MARKERS = (
     ("configure", "set_config('statement_timeout'"),
-    ("probe", "most_common_elems"),
-    ("probe", "unnest(%(terms)s::text[])"),
-    ("probe", "'bailing_knowledge_chunk'::regclass"),
+    ("lexicon", "/* bk:lexicon */"),
+    ("lexical", "/* bk:lexical */"),
+    ("vector", "/* bk:vector */"),
+    ("fetch", "/* bk:fetch */"),
+    ("lexicon", "most_common_elems"),
+    ("lexicon", "unnest(%(terms)s::text[])"),
+    ("lexicon", "'bailing_knowledge_chunk'::regclass"),
     ("lexical", "ts_rank_cd"),
     ("vector", "<=>"),
     ("fetch", "c.id = ANY(%(ids)s)"),
 )
-STEPS = ("configure", "probe", "lexical", "vector", "fetch", "other")
+STEPS = ("configure", "lexicon", "lexical", "vector", "fetch", "other")
+# What the targets replay of a search: the vector leg alone, the lexical leg alone.
+VECTOR_STEPS = ("configure", "vector")
+LEXICAL_STEPS = ("lexicon", "lexical")
 
 
 def step_of(sql: str) -> str:
@@ -88,8 +107,9 @@ class CapturedSearch:
     query: str
     statements: tuple[tuple[str, Any], ...]
 
-    def of(self, step: str) -> list[tuple[str, Any]]:
-        return [(sql, params) for sql, params in self.statements if step_of(sql) == step]
+    def of(self, *steps: str) -> list[tuple[str, Any]]:
+        """The statements of these steps, in the order the search sent them."""
+        return [(sql, params) for sql, params in self.statements if step_of(sql) in steps]
 
 
 def capture_search(session: Any, route: Any, query: str) -> CapturedSearch:
@@ -145,6 +165,22 @@ class RawSQL:
     def timed(self, search: CapturedSearch) -> float:
         start = time.perf_counter()
         self.replay(search)
+        return time.perf_counter() - start
+
+    def timed_steps(
+        self, search: CapturedSearch, steps: Sequence[str], *, untimed: Sequence[str] = ()
+    ) -> float:
+        """Seconds of the statements of `steps`, replayed in one transaction after those of
+        `untimed` (e.g. the configure statement, so the settings are the search's)."""
+        with self.conn.cursor() as cursor:
+            for sql, params in search.of(*untimed):
+                cursor.execute(sql, params)
+            start = time.perf_counter()
+            for sql, params in search.of(*steps):
+                cursor.execute(sql, params)
+                if cursor.description is not None:
+                    cursor.fetchall()
+            self.conn.commit()
         return time.perf_counter() - start
 
 
