@@ -19,6 +19,7 @@ with the version and reported again on reuse.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -50,16 +51,19 @@ BIG_DOCUMENT_FROM_CHUNKS = 100_000
 
 def build_version(target_chunks: int, dataset: Path) -> str:
     """Everything that changes the built data: bump `BUILD_VERSION` when this file changes."""
-    from django.db.migrations.loader import MigrationLoader
+    from django.db import connection
 
+    from bailing_knowledge import models
     from bailing_knowledge.conf import knowledge_settings
     from bailing_knowledge.retrieval.embedders import get_embedder
 
-    leaves = sorted(
-        f"{app}.{name}"
-        for app, name in MigrationLoader(None, ignore_no_migrations=True).graph.leaf_nodes()
-        if app == "bailing_knowledge"
-    )
+    # The columns and indexes of the tables the data lives in: another shape rebuilds, while
+    # migrations that leave them alone are applied to the reused database (`migrate`).
+    shape = [
+        f"{field.column}:{field.db_type(connection)}"
+        for model in (models.KnowledgeBase, models.Document, models.Chunk, models.LexiconTerm)
+        for field in model._meta.concrete_fields
+    ] + [index.name for index in models.Chunk._meta.indexes]
     corpus = dataset / "corpus.jsonl"
     stat = corpus.stat()
     return "|".join(
@@ -68,7 +72,7 @@ def build_version(target_chunks: int, dataset: Path) -> str:
             f"chunks={target_chunks}",
             get_embedder("default").model_name,
             f"chunking={knowledge_settings.CHUNK_TARGET_CHARS}/{knowledge_settings.CHUNK_OVERLAP_CHARS}",
-            *leaves,
+            "schema=" + hashlib.sha256("|".join(shape).encode()).hexdigest()[:12],
             f"corpus={stat.st_size}",
             f"lexical-format={_lexical_format()}",
         ]
@@ -179,7 +183,10 @@ def ensure_scale_database(name: str, target_chunks: int, dataset: Path) -> dict[
     version = build_version(target_chunks, dataset) + f"|big={int(with_big_document)}"
     recorded, _, built = (database_version(name) or "").partition("\n")
     if recorded == version:
+        from django.core.management import call_command
+
         use_database(name)
+        call_command("migrate", verbosity=0)  # e.g. new SQL functions; the rows stay
         return {"database": name, "reused": True, **json.loads(built or "{}"), **storage()}
 
     from bailing_knowledge.ingestion.documents import upsert_document
