@@ -40,7 +40,7 @@ RRF_K = 10
 # the candidates by it.
 _VECTOR_INDEXED = f"""/* bk:vector */
 WITH nearest AS MATERIALIZED (
-    SELECT c.id,
+    SELECT c.id, c.document_id,
            c.embedding::vector({constants.INDEXED_EMBEDDING_DIMENSIONS})
              <=> %(vector)s::vector({constants.INDEXED_EMBEDDING_DIMENSIONS}) AS distance
     FROM bailing_knowledge_chunk c, bailing_knowledge_document d
@@ -49,7 +49,8 @@ WITH nearest AS MATERIALIZED (
              <=> %(vector)s::halfvec({constants.INDEXED_EMBEDDING_DIMENSIONS})
     LIMIT %(limit)s
 )
-SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY distance, id
+SELECT id, distance, document_id FROM nearest WHERE distance <= %(max_distance)s
+ORDER BY distance, id
 """
 
 # Other dimensions: `{dimensions}` is written into the SQL (an int) so that an operator's
@@ -58,28 +59,23 @@ SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY dis
 # (on half-precision vectors). The distance returned is, as above, the full-precision one.
 _VECTOR_OTHER = f"""/* bk:vector */
 WITH nearest AS MATERIALIZED (
-    SELECT c.id, c.embedding::vector({{dimensions}}) <=> %(vector)s::vector({{dimensions}})
-             AS distance
+    SELECT c.id, c.document_id,
+           c.embedding::vector({{dimensions}}) <=> %(vector)s::vector({{dimensions}}) AS distance
     FROM bailing_knowledge_chunk c, bailing_knowledge_document d
     WHERE c.embedding_dimensions = {{dimensions}} AND {VISIBLE_SQL}
     ORDER BY c.embedding::halfvec({{dimensions}}) <=> %(vector)s::halfvec({{dimensions}})
     LIMIT %(limit)s
 )
-SELECT id, distance FROM nearest WHERE distance <= %(max_distance)s ORDER BY distance, id
+SELECT id, distance, document_id FROM nearest WHERE distance <= %(max_distance)s
+ORDER BY distance, id
 """
 
-_CANDIDATES = """/* bk:fetch */
+# The hits that will be returned, checked against the document as it is now: ready, at the
+# chunk's revision, in scope, and the chunk's text still the body's at its offsets
+# (PostgreSQL's substr counts characters, as Python does). Stale chunks are not returned.
+_FETCH = """/* bk:fetch */
 SELECT c.id, c.document_id, c.knowledge_base_id, c.revision, c."start", c."end", c."text",
        d.title, d.content_hash
-FROM bailing_knowledge_chunk c
-JOIN bailing_knowledge_document d ON d.id = c.document_id
-WHERE c.id = ANY(%(ids)s)
-"""
-
-# The exact-text check of the hits that will be returned: the chunk still equals the
-# document body at its offsets (PostgreSQL's substr counts characters, as Python does).
-_VALIDATE = """/* bk:fetch */
-SELECT c.id
 FROM bailing_knowledge_chunk c
 JOIN bailing_knowledge_document d ON d.id = c.document_id
 WHERE c.id = ANY(%(ids)s)
@@ -151,6 +147,8 @@ class HybridSearch:
         self.use_lexical = use_lexical
         self.candidates = int(knowledge_settings.SEARCH_CANDIDATES)
         self.result = SearchResult()
+        # The document of every candidate, as the legs found it: selection needs no query.
+        self.documents: dict[int, int] = {}
 
     def run(
         self,
@@ -224,7 +222,9 @@ class HybridSearch:
     def _lexical(self, kbs: list[KnowledgeBase], language: str) -> list[int]:
         leg = LexicalLeg(self.query, kbs, self.visibility, language)
         with connection.cursor() as cursor:
-            return [chunk_id for chunk_id, _ in leg.ranking(self.candidates, cursor)]
+            ranking = [chunk_id for chunk_id, _ in leg.ranking(self.candidates, cursor)]
+        self.documents.update((chunk_id, leg.documents[chunk_id]) for chunk_id in ranking)
+        return ranking
 
     def _vector(self, kb_ids: list[int], embedder_alias: str) -> list[int]:
         embedder = get_embedder(embedder_alias)
@@ -244,7 +244,9 @@ class HybridSearch:
             sql = _VECTOR_OTHER.format(dimensions=int(embedder.dimensions))
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return [row[0] for row in cursor.fetchall()]
+            rows = cursor.fetchall()
+        self.documents.update((chunk_id, document_id) for chunk_id, _, document_id in rows)
+        return [row[0] for row in rows]
 
     @staticmethod
     def _fuse(rankings: list[tuple[float, list[int]]]) -> dict[int, float]:
@@ -274,30 +276,28 @@ class HybridSearch:
         )
         if not ranked or max_hits <= 0:
             return []
-        with connection.cursor() as cursor:
-            cursor.execute(_CANDIDATES, {"ids": [chunk_id for chunk_id, _ in ranked]})
-            rows = {row[0]: row for row in cursor.fetchall()}
-        allowed: list[Hit] = []
+        allowed: list[tuple[int, float]] = []
         per_doc: dict[int, int] = {}
         for chunk_id, score in ranked:
-            row = rows.get(chunk_id)
-            if row is None:
-                continue
-            document_id = row[1]
+            document_id = self.documents[chunk_id]
             taken = per_doc.get(document_id, 0)
             if taken >= per_document or (not taken and len(per_doc) >= max_documents):
                 continue
             per_doc[document_id] = taken + 1
-            allowed.append(Hit(*row, score=round(score, 4)))
+            allowed.append((chunk_id, score))
         kb_ids = [kb.pk for kb in self.kbs]
         hits: list[Hit] = []
-        # Validate in small batches until enough hits survive; stale ones are skipped.
+        # Fetch and validate in small batches until enough hits survive (nearly always one).
         for offset in range(0, len(allowed), max_hits):
             batch = allowed[offset : offset + max_hits]
             with connection.cursor() as cursor:
-                cursor.execute(_VALIDATE, {"ids": [h.chunk_id for h in batch], "kbs": kb_ids})
-                valid = {row[0] for row in cursor.fetchall()}
-            hits.extend(h for h in batch if h.chunk_id in valid)
+                cursor.execute(_FETCH, {"ids": [chunk_id for chunk_id, _ in batch], "kbs": kb_ids})
+                rows = {row[0]: row for row in cursor.fetchall()}
+            hits.extend(
+                Hit(*rows[chunk_id], score=round(score, 4))
+                for chunk_id, score in batch
+                if chunk_id in rows
+            )
             if len(hits) >= max_hits:
                 break
         return hits[:max_hits]

@@ -75,9 +75,11 @@ RARE = 4
 #: How far a round may lower the threshold below the last one, at most (a round that would
 #: finish the search lowers it further; `_next_threshold`).
 STEP = 0.6
-#: Reading stops once the `limit`-th score times this exceeds what an unseen chunk could
-#: still score; 1.0 is exact.
+#: Reading stops once the `EXACT_RANKS`-th score times this exceeds what an unseen chunk
+#: could still score; 1.0 is exact. A search uses the first ranks (3 hints at most; fusion
+#: weighs rank 1 five times rank 40): those are proven, the rest are the best found.
 PRUNING = 1.0
+EXACT_RANKS = 10
 
 SEPARATOR = "|"
 # The totals of a knowledge base live in its lexicon row with the empty term.
@@ -201,7 +203,8 @@ class Statistics:
 # checked by key.
 _ROUND = f"""/* bk:lexical */
 SELECT c.id, c.lexical_length,
-       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, w.position
+       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, w.position,
+       c.document_id
 FROM unnest(%(wanted)s::text[]) WITH ORDINALITY AS w(lexeme, position)
 CROSS JOIN LATERAL (
     SELECT c.id, c.document_id, c.revision, c.lexical_length, c.lexical_terms
@@ -236,6 +239,8 @@ class LexicalLeg:
         self.rounds = 0
         self.chunks_read = 0
         self.truncated = False
+        #: The document of each chunk scored.
+        self.documents: dict[int, int] = {}
 
     def _prepare(self, cursor: Any) -> tuple[Statistics, dict[str, float]] | None:
         if not self.terms or not self.kb_ids:
@@ -270,13 +275,16 @@ class LexicalLeg:
         # The next level to read of each term, from its highest one down; -1: all read.
         frontier = {term: stats.top[term] for term in terms}
         scores: dict[int, float] = {}
-        best: list[float] = []  # the `limit` best scores, ascending
+        # Exact ranks: reading stops once the first `proven` can no longer change; the ranks
+        # after them are the best found by then, nearly always the same.
+        proven = min(limit, EXACT_RANKS)
+        best: list[float] = []  # the `proven` best scores, ascending
         beta = FIRST_ROUND * max(scorer.bound(t, frontier[t]) for t in terms)
         params = {
             **self.visibility.params(self.kb_ids),
             "terms": terms,
         }
-        rare = {term for term in terms if stats.df[term] <= RARE * limit}
+        rare = {term for term in terms if stats.df[term] <= RARE * proven}
         budget = MAX_CHUNKS_READ
         while True:
             # The levels this round reads, heaviest bound first: when the budget cuts the
@@ -305,12 +313,13 @@ class LexicalLeg:
                 rows = cursor.fetchall()
                 budget -= len(rows)
                 cut = budget <= 0
-                for chunk_id, length, vector, _ in rows:
+                for chunk_id, length, vector, _, document_id in rows:
                     if chunk_id in scores:  # found through another term too
                         continue
+                    self.documents[chunk_id] = document_id
                     score = scorer.score(vector, length)
                     scores[chunk_id] = score
-                    if len(best) < limit:
+                    if len(best) < proven:
                         bisect.insort(best, score)
                     elif score > best[0]:
                         best.pop(0)
@@ -321,8 +330,8 @@ class LexicalLeg:
                     for _, term, value in wanted[reached:]:
                         frontier[term] = max(frontier[term], value)
             remaining = sum(scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0)
-            kth = best[0] if len(best) >= limit else 0.0
-            if remaining == 0 or (len(best) >= limit and kth * PRUNING > remaining):
+            kth = best[0] if len(best) >= proven else 0.0
+            if remaining == 0 or (len(best) >= proven and kth * PRUNING > remaining):
                 break
             if cut or self.rounds >= MAX_ROUNDS:
                 # Out of budget: the best found so far (an approximation, rarely different).

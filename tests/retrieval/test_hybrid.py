@@ -101,7 +101,7 @@ def _run_vector_leg(sql: str, params: dict) -> list[tuple[int, float]]:
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         cursor.execute("SET LOCAL hnsw.ef_search = 1000")
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        return [row[:2] for row in cursor.fetchall()]
 
 
 def _distances(kb, literal: str, dimensions: int, kind: str) -> dict[int, float]:

@@ -88,15 +88,33 @@ def test_queries_are_stemmed_like_documents(kb):
 
 
 @pytest.mark.parametrize("limit", [1, 3, 10, 40])
-def test_the_top_k_equals_an_exhaustive_bm25(kb, limit):
+def test_the_top_ranks_equal_an_exhaustive_bm25(kb, limit):
+    """The first `EXACT_RANKS` are proven; later ones are the best found, scored exactly."""
     _random_corpus(kb, 60, seed=7)
     rng = random.Random(limit)
+    proven = min(limit, lexical.EXACT_RANKS)
     for _ in range(40):
         query = _random_query(rng)
         leg = LexicalLeg(query, [kb], Visibility(), kb.language)
         found = leg.ranking(limit)
-        expected = LexicalLeg(query, [kb], Visibility(), kb.language).exhaustive(limit)
-        assert [score for _, score in found] == pytest.approx([s for _, s in expected]), query
+        expected = LexicalLeg(query, [kb], Visibility(), kb.language).exhaustive(10**6)
+        top = expected[:proven]
+        assert [score for _, score in found[:proven]] == pytest.approx([s for _, s in top])
+        assert [chunk for chunk, _ in found[:proven]] == [chunk for chunk, _ in top], query
+        exact = dict(expected)
+        assert min(proven, len(expected)) <= len(found) <= limit
+        for chunk_id, score in found:
+            assert score == pytest.approx(exact[chunk_id])
+
+
+def test_every_rank_is_exact_when_all_are_proven(kb, monkeypatch):
+    monkeypatch.setattr(lexical, "EXACT_RANKS", 40)
+    _random_corpus(kb, 60, seed=8)
+    rng = random.Random(3)
+    for _ in range(20):
+        query = _random_query(rng)
+        found = LexicalLeg(query, [kb], Visibility(), kb.language).ranking(40)
+        expected = LexicalLeg(query, [kb], Visibility(), kb.language).exhaustive(40)
         assert [chunk for chunk, _ in found] == [chunk for chunk, _ in expected], query
 
 
