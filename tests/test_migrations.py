@@ -1,0 +1,60 @@
+"""Upgrading: chunks indexed before the BM25 lexical index are re-analysed by `migrate`."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from bailing_knowledge.models import Chunk, LexiconTerm
+from bailing_knowledge.retrieval.lexical import lexical_ranking
+from bailing_knowledge.retrieval.visibility import Visibility
+
+pytestmark = pytest.mark.django_db
+
+BEFORE_BM25 = "0004_document_body_storage"
+
+
+def _insert_old_rows() -> None:
+    """A KB, a document and a chunk as the version before migration 0005 wrote them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO bailing_knowledge_knowledgebase "
+            "(slug, title, description, enabled, embedder, tenant, language, created_at, "
+            "updated_at) VALUES ('old', 'Old', '', true, 'default', '', 'english', now(), now()) "
+            "RETURNING id"
+        )
+        (kb_id,) = cursor.fetchone()
+        body = "Parcels are shipped within two days of the order."
+        cursor.execute(
+            "INSERT INTO bailing_knowledge_document (knowledge_base_id, source_key, title, body, "
+            "metadata, status, revision, content_hash, last_error, created_at, updated_at) "
+            "VALUES (%s, 'shipping.md', 'Shipping', %s, '{}', 'ready', 1, 'x', '', now(), now()) "
+            "RETURNING id",
+            [kb_id, body],
+        )
+        (document_id,) = cursor.fetchone()
+        cursor.execute(
+            "INSERT INTO bailing_knowledge_chunk (document_id, knowledge_base_id, revision, "
+            'ordinal, "start", "end", "text", text_hash, search_vector) '
+            "VALUES (%s, %s, 1, 0, 0, %s, %s, '', to_tsvector('simple', %s))",
+            [document_id, kb_id, len(body), body, body],
+        )
+        # Check the deferred foreign keys now: a migration cannot alter a table with
+        # checks pending (this test runs inside one transaction).
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+
+
+def test_migrating_reanalyses_chunks_of_the_earlier_format():
+    call_command("migrate", "bailing_knowledge", BEFORE_BM25, verbosity=0)
+    try:
+        _insert_old_rows()
+    finally:
+        call_command("migrate", "bailing_knowledge", verbosity=0)
+    chunk = Chunk.objects.get(document__source_key="shipping.md")
+    assert chunk.lexical_length > 0
+    totals = LexiconTerm.objects.get(knowledge_base=chunk.knowledge_base, term="")
+    assert (totals.chunks, totals.length) == (1, chunk.lexical_length)
+    # Stemmed in the KB's language: "shipping" finds "shipped".
+    found = lexical_ranking("shipping parcel", [chunk.knowledge_base], Visibility(), 3)
+    assert [chunk_id for chunk_id, _ in found] == [chunk.pk]
