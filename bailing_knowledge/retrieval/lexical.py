@@ -68,13 +68,13 @@ MAX_QUERY_TERMS = 32
 #: exact, and nDCG@10 unchanged (docs/performance.md).
 MAX_ROUNDS = 12
 MAX_CHUNKS_READ = 2_000
-#: The share of the best bound the first round reads down to; the first round also reads
-#: whole every term found in at most `RARE` times `limit` chunks (cheap, and decisive).
-FIRST_ROUND = 0.8
-RARE = 4
-#: How far a round may lower the threshold below the last one, at most (a round that would
-#: finish the search lowers it further; `_next_threshold`).
-STEP = 0.6
+#: Chunks the first round reads, and how much larger each next round may be: a round reads
+#: the heaviest unread levels of all terms together, in order of their bounds, so what a
+#: search reads follows how deep its answer lies, not how many chunks hold its terms.
+FIRST_ROUND = 100
+GROWTH = 4
+#: Lexemes one round asks for at most (the SQL stays small; the next round goes on).
+ROUND_LEXEMES = 400
 #: Reading stops once the `EXACT_RANKS`-th score times this exceeds what an unseen chunk
 #: could still score; 1.0 is exact. A search uses the first ranks (3 hints at most; fusion
 #: weighs rank 1 five times rank 40): those are proven, the rest are the best found.
@@ -279,67 +279,63 @@ class LexicalLeg:
         # after them are the best found by then, nearly always the same.
         proven = min(limit, EXACT_RANKS)
         best: list[float] = []  # the `proven` best scores, ascending
-        beta = FIRST_ROUND * max(scorer.bound(t, frontier[t]) for t in terms)
-        params = {
-            **self.visibility.params(self.kb_ids),
-            "terms": terms,
-        }
-        rare = {term for term in terms if stats.df[term] <= RARE * proven}
+        params = {**self.visibility.params(self.kb_ids), "terms": terms}
         budget = MAX_CHUNKS_READ
+        size = FIRST_ROUND
+        floor = 0.0  # levels bounded below this cannot change the proven ranks
         while True:
-            # The levels this round reads, heaviest bound first: when the budget cuts the
-            # round short, what is left unread is the lightest part.
-            wanted: list[tuple[float, str, int]] = []
-            for term in terms:
-                value = frontier[term]
-                floor = -math.inf if not self.rounds and term in rare else beta
-                while value >= 0 and scorer.bound(term, value) >= floor:
-                    wanted.append((scorer.bound(term, value), term, value))
-                    value -= 1
-                frontier[term] = value
-            wanted.sort(key=lambda item: -item[0])
-            cut = False
-            if wanted:
-                self.rounds += 1
-                cursor.execute(
-                    _ROUND,
-                    {
-                        **params,
-                        "wanted": [_quoted(lexeme(term, value)) for _, term, value in wanted],
-                        "seen": list(scores),
-                        "budget": budget,
-                    },
-                )
-                rows = cursor.fetchall()
-                budget -= len(rows)
-                cut = budget <= 0
-                for chunk_id, length, vector, _, document_id in rows:
-                    if chunk_id in scores:  # found through another term too
-                        continue
-                    self.documents[chunk_id] = document_id
-                    score = scorer.score(vector, length)
-                    scores[chunk_id] = score
-                    if len(best) < proven:
-                        bisect.insort(best, score)
-                    elif score > best[0]:
-                        best.pop(0)
-                        bisect.insort(best, score)
-                if cut:
-                    # Levels from the last one reached on may be partly read: they stay unread.
-                    reached = rows[-1][3] - 1 if _in_order(rows) else 0
-                    for _, term, value in wanted[reached:]:
-                        frontier[term] = max(frontier[term], value)
+            # Every unread level that may still matter, heaviest bound first; a round reads
+            # them in that order until its size is reached.
+            wanted = sorted(
+                (
+                    (scorer.bound(term, value), term, value)
+                    for term in terms
+                    for value in range(frontier[term], -1, -1)
+                    if scorer.bound(term, value) >= floor
+                ),
+                key=lambda item: -item[0],
+            )[:ROUND_LEXEMES]
+            if not wanted:
+                break
+            self.rounds += 1
+            size = min(size, budget)
+            cursor.execute(
+                _ROUND,
+                {
+                    **params,
+                    "wanted": [_quoted(lexeme(term, value)) for _, term, value in wanted],
+                    "seen": list(scores),
+                    "budget": size,
+                },
+            )
+            rows = cursor.fetchall()
+            budget -= len(rows)
+            for chunk_id, length, vector, _, document_id in rows:
+                if chunk_id in scores:  # found through another term too
+                    continue
+                self.documents[chunk_id] = document_id
+                score = scorer.score(vector, length)
+                scores[chunk_id] = score
+                if len(best) < proven:
+                    bisect.insort(best, score)
+                elif score > best[0]:
+                    best.pop(0)
+                    bisect.insort(best, score)
+            # The levels before the one the last row came from are read whole; from there
+            # on (all of them, if rows came out of order) they stay unread.
+            done = len(wanted) if len(rows) < size else (rows[-1][3] - 1 if _in_order(rows) else 0)
+            for _, term, value in wanted[:done]:
+                frontier[term] = min(frontier[term], value - 1)
             remaining = sum(scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0)
             kth = best[0] if len(best) >= proven else 0.0
             if remaining == 0 or (len(best) >= proven and kth * PRUNING > remaining):
                 break
-            if cut or self.rounds >= MAX_ROUNDS:
+            if budget <= 0 or self.rounds >= MAX_ROUNDS:
                 # Out of budget: the best found so far (an approximation, rarely different).
                 self.truncated = True
                 break
-            beta = _next_threshold(
-                [scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0], kth, beta
-            )
+            size *= GROWTH
+            floor = _floor([scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0], kth)
         self.chunks_read = len(scores)
         return _top(scores.items(), limit)
 
@@ -376,28 +372,19 @@ def _top(items: Iterable[tuple[int, float]], limit: int) -> list[tuple[int, floa
     return sorted(items, key=lambda item: (-item[1], item[0]))[:limit]
 
 
-def _next_threshold(bounds: list[float], kth: float, beta: float) -> float:
-    """The threshold of the next round, always below the last one.
-
-    With `limit` scores found, it is the highest threshold that would end the search if
-    the `limit`-th score stayed where it is (it only grows), unless that reads far more
-    than a geometric step down, which comes first then: most searches end in 1-3 rounds.
-    """
-    step = beta * STEP
+def _floor(bounds: list[float], kth: float) -> float:
+    """The lowest bound a level may have and still matter: with every level above it read,
+    no unread chunk could beat the `kth` score (the largest t with Σ min(bound, t) ≤ kth)."""
     if kth <= 0 or not bounds:
-        return step
-    kth *= PRUNING
-    # The largest t with Σ min(bound, t) ≤ kth: what is left once every level ≥ t is read.
+        return 0.0
     ordered = sorted(bounds)
     below = 0.0
-    target = 0.0
     for index, bound in enumerate(ordered):
         t = (kth - below) / (len(ordered) - index)
         if t <= bound:
-            target = t
-            break
+            return max(t, 0.0)
         below += bound
-    return max(step, min(target, beta * 0.95))
+    return ordered[-1]
 
 
 class _Scorer:
