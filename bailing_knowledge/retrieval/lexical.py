@@ -29,7 +29,6 @@ Visibility is part of every round's WHERE clause, so hidden chunks never take a 
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 from collections import Counter
@@ -196,26 +195,38 @@ class Statistics:
 # The leg
 
 
-# SQL from module constants only; values go in as parameters.
 # Each level is looked up in the GIN index on its own (a lateral join over the lexemes
 # wanted): the planner cannot mistake a round for a scan of the table, however common its
-# terms. A chunk found through two terms comes twice (the caller keeps one); its document is
-# checked by key.
-_ROUND = f"""/* bk:lexical */
+# terms. A chunk found through two terms comes twice (the caller keeps one). The KB filter
+# is here; the document's state and audience are checked for the chunks that would rank
+# (`_VISIBLE`), before they count.
+_ROUND = """/* bk:lexical */
 SELECT c.id, c.lexical_length,
-       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, w.position,
+       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{a}')::text, w.position,
        c.document_id
 FROM unnest(%(wanted)s::text[]) WITH ORDINALITY AS w(lexeme, position)
 CROSS JOIN LATERAL (
-    SELECT c.id, c.document_id, c.revision, c.lexical_length, c.lexical_terms
+    SELECT c.id, c.document_id, c.lexical_length, c.lexical_terms
     FROM bailing_knowledge_chunk c
     WHERE c.search_vector @@ w.lexeme::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
       AND c.id <> ALL(%(seen)s::bigint[])
 ) c
-CROSS JOIN LATERAL (
-    SELECT 1 FROM bailing_knowledge_document d WHERE {DOCUMENT_VISIBLE_SQL} LIMIT 1
-) visible
 LIMIT %(budget)s
+"""
+
+# SQL from module constants only; values go in as parameters.
+_VISIBLE = f"""/* bk:lexical */
+SELECT c.id FROM bailing_knowledge_chunk c, bailing_knowledge_document d
+WHERE c.id = ANY(%(ids)s) AND {DOCUMENT_VISIBLE_SQL}
+"""  # noqa: S608
+
+# The reference: every chunk holding a query term, visible ones only.
+_EVERY = f"""/* bk:lexical */
+SELECT c.id, c.lexical_length,
+       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text
+FROM bailing_knowledge_chunk c, bailing_knowledge_document d
+WHERE c.search_vector @@ %(tsquery)s::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
+  AND {DOCUMENT_VISIBLE_SQL}
 """  # noqa: S608
 
 
@@ -266,6 +277,8 @@ class LexicalLeg:
                 return self.ranking(limit, own)
         self.rounds = self.chunks_read = 0
         self.truncated = False
+        self._visible: set[int] = set()
+        self._hidden: set[int] = set()
         prepared = self._prepare(cursor)
         if prepared is None or limit <= 0:
             return []
@@ -278,7 +291,7 @@ class LexicalLeg:
         # Exact ranks: reading stops once the first `proven` can no longer change; the ranks
         # after them are the best found by then, nearly always the same.
         proven = min(limit, EXACT_RANKS)
-        best: list[float] = []  # the `proven` best scores, ascending
+        best: list[float] = []  # the `proven` best scores, best first
         params = {**self.visibility.params(self.kb_ids), "terms": terms}
         budget = MAX_CHUNKS_READ
         size = FIRST_ROUND
@@ -304,7 +317,7 @@ class LexicalLeg:
                 {
                     **params,
                     "wanted": [_quoted(lexeme(term, value)) for _, term, value in wanted],
-                    "seen": list(scores),
+                    "seen": [*scores, *self._hidden],
                     "budget": size,
                 },
             )
@@ -314,20 +327,16 @@ class LexicalLeg:
                 if chunk_id in scores:  # found through another term too
                     continue
                 self.documents[chunk_id] = document_id
-                score = scorer.score(vector, length)
-                scores[chunk_id] = score
-                if len(best) < proven:
-                    bisect.insort(best, score)
-                elif score > best[0]:
-                    best.pop(0)
-                    bisect.insort(best, score)
+                scores[chunk_id] = scorer.score(vector, length)
+            self._admit(cursor, scores, params, limit)
+            best = [score for _, score in _top(scores.items(), proven)]
             # The levels before the one the last row came from are read whole; from there
             # on (all of them, if rows came out of order) they stay unread.
             done = len(wanted) if len(rows) < size else (rows[-1][3] - 1 if _in_order(rows) else 0)
             for _, term, value in wanted[:done]:
                 frontier[term] = min(frontier[term], value - 1)
             remaining = sum(scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0)
-            kth = best[0] if len(best) >= proven else 0.0
+            kth = best[-1] if len(best) >= proven else 0.0
             if remaining == 0 or (len(best) >= proven and kth * PRUNING > remaining):
                 break
             if budget <= 0 or self.rounds >= MAX_ROUNDS:
@@ -336,8 +345,23 @@ class LexicalLeg:
                 break
             size *= GROWTH
             floor = _floor([scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0], kth)
-        self.chunks_read = len(scores)
+        self.chunks_read = len(scores) + len(self._hidden)
         return _top(scores.items(), limit)
+
+    def _admit(self, cursor: Any, scores: dict[int, float], params: dict, limit: int) -> None:
+        """Check the chunks that would rank against their documents (ready, current
+        revision, audience and roles); hidden ones leave `scores` before they count."""
+        while True:
+            unchecked = [i for i, _ in _top(scores.items(), limit) if i not in self._visible]
+            if not unchecked:
+                return
+            cursor.execute(_VISIBLE, {**params, "ids": unchecked})
+            visible = {row[0] for row in cursor.fetchall()}
+            self._visible |= visible
+            for chunk_id in unchecked:
+                if chunk_id not in visible:
+                    del scores[chunk_id]
+                    self._hidden.add(chunk_id)
 
     def exhaustive(self, limit: int, cursor: Any = None) -> list[tuple[int, float]]:
         """Every visible chunk holding a query term, scored: the reference `ranking` meets."""
@@ -350,13 +374,11 @@ class LexicalLeg:
         stats, idf = prepared
         scorer = self._scorer(stats, idf)
         cursor.execute(
-            _ROUND,
+            _EVERY,
             {
                 **self.visibility.params(self.kb_ids),
                 "terms": list(idf),
-                "wanted": [_quoted(t + SEPARATOR) + ":*" for t in idf],
-                "seen": [],
-                "budget": None,
+                "tsquery": " | ".join(_quoted(t + SEPARATOR) + ":*" for t in idf),
             },
         )
         scores = {row[0]: scorer.score(row[2], row[1]) for row in cursor.fetchall()}
