@@ -24,7 +24,12 @@ from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .embedders import EmbedderError, get_embedder
 from .lexical import LexicalLeg
-from .visibility import VISIBLE_SQL, Visibility, searchable_knowledge_bases
+from .visibility import (
+    VISIBLE_SQL,
+    Visibility,
+    group_knowledge_bases,
+    searchable_knowledge_bases,
+)
 
 __all__ = ["Hit", "HybridSearch", "SearchResult", "Visibility", "searchable_knowledge_bases"]
 
@@ -166,12 +171,12 @@ class HybridSearch:
         with transaction.atomic():
             self._configure()
             if self.use_lexical:
-                for language, group in self._groups(lambda kb: kb.language):
+                for language, group in group_knowledge_bases(self.kbs, "language"):
                     ranking = self._leg(self._lexical, group, language)
                     if ranking is not None:
                         rankings.append((1.0, ranking))
             if self.use_vector:
-                for embedder_alias, group in self._groups(lambda kb: kb.embedder):
+                for embedder_alias, group in group_knowledge_bases(self.kbs, "embedder"):
                     ranking = self._leg(self._vector, [kb.pk for kb in group], embedder_alias)
                     if ranking is not None:
                         rankings.append((fusion_weight(embedder_alias), ranking))
@@ -193,13 +198,6 @@ class HybridSearch:
                 "set_config('jit', 'off', true)",
                 [f"{timeout}ms", str(int(knowledge_settings.SEARCH_EF_SEARCH))],
             )
-
-    def _groups(self, key) -> list[tuple[str, list[KnowledgeBase]]]:  # type: ignore[no-untyped-def]
-        """The KBs searched, grouped by language or embedder: each group is a leg."""
-        groups: dict[str, list[KnowledgeBase]] = {}
-        for kb in self.kbs:
-            groups.setdefault(key(kb), []).append(kb)
-        return sorted(groups.items())
 
     def _leg(self, leg, *args) -> list[int] | None:  # type: ignore[no-untyped-def]
         """Run one leg in a savepoint; a timeout or embedder failure marks it failed."""

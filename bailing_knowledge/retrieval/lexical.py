@@ -43,7 +43,7 @@ from django.db import connection, transaction
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .analysis import document_terms, query_terms
-from .visibility import DOCUMENT_VISIBLE_SQL, Visibility
+from .visibility import DOCUMENT_VISIBLE_SQL, Visibility, group_knowledge_bases
 
 logger = logging.getLogger("bailing_knowledge")
 
@@ -447,28 +447,24 @@ class _Scorer:
 # Entry points for tests and benchmarks
 
 
-def _language_groups(kbs: Sequence[KnowledgeBase]) -> list[tuple[str, list[KnowledgeBase]]]:
-    groups: dict[str, list[KnowledgeBase]] = {}
-    for kb in kbs:
-        groups.setdefault(kb.language, []).append(kb)
-    return sorted(groups.items())
+def _ranked(
+    query: str, kbs: Sequence[KnowledgeBase], visibility: Visibility, limit: int, how: str
+) -> list[tuple[int, float]]:
+    found: list[tuple[int, float]] = []
+    for language, group in group_knowledge_bases(kbs, "language"):
+        found += getattr(LexicalLeg(query, group, visibility, language), how)(limit)
+    return _top(found, limit)
 
 
 def lexical_ranking(
     query: str, kbs: Sequence[KnowledgeBase], visibility: Visibility, limit: int
 ) -> list[tuple[int, float]]:
     """The lexical leg as a search runs it, (chunk id, score) best first."""
-    found: list[tuple[int, float]] = []
-    for language, group in _language_groups(kbs):
-        found += LexicalLeg(query, group, visibility, language).ranking(limit)
-    return _top(found, limit)
+    return _ranked(query, kbs, visibility, limit, "ranking")
 
 
 def exhaustive_ranking(
     query: str, kbs: Sequence[KnowledgeBase], visibility: Visibility, limit: int
 ) -> list[tuple[int, float]]:
     """Exact BM25 over every visible matching chunk: the reference of `lexical_ranking`."""
-    found: list[tuple[int, float]] = []
-    for language, group in _language_groups(kbs):
-        found += LexicalLeg(query, group, visibility, language).exhaustive(limit)
-    return _top(found, limit)
+    return _ranked(query, kbs, visibility, limit, "exhaustive")

@@ -43,3 +43,13 @@ def searchable_knowledge_bases(
 ) -> list[KnowledgeBase]:
     """Enabled KBs whose tenant binding (if any) matches the principal's tenant."""
     return [kb for kb in kbs if kb.enabled and (not kb.tenant or kb.tenant == visibility.tenant)]
+
+
+def group_knowledge_bases(
+    kbs: Sequence[KnowledgeBase], attribute: str
+) -> list[tuple[str, list[KnowledgeBase]]]:
+    """KBs grouped by `attribute` ("language", "embedder"): each group is one search leg."""
+    groups: dict[str, list[KnowledgeBase]] = {}
+    for kb in kbs:
+        groups.setdefault(getattr(kb, attribute), []).append(kb)
+    return sorted(groups.items())
