@@ -8,132 +8,67 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, router
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, models, router
 from django.db.models import Field, Model
 from django.utils import timezone
 
 from .models import AgentSession, Client, KnowledgeBase, Route
 
-# Every rule is in SQL: a statement returns one row, or none when access is refused (when the
-# session is live but the route refused, the route's columns are NULL). The row becomes
-# complete model instances without further queries (the session with its client cached, the
-# route with its knowledge bases in its prefetch cache), its columns following the models'
-# concrete fields. Nothing is cached between requests.
-
-# A session `s` of a client `c` is live: not revoked, not expired, its client enabled.
-# (`AgentSession.is_active` is the same rule in Python, for rows already loaded.)
-_SESSION_LIVE = "s.revoked_at IS NULL AND s.expires_at > %(now)s AND c.enabled"
-
-# A route `r` admits the session `{session_pk}` of client `{client_pk}` whose principal's
-# audience is `{audience}`: enabled, its Agent Client runtime on, among both the client's
-# and the session's routes, and the audience admitted (an empty list admits every one).
-_ROUTE_ADMITS = """
-    r.route_key = %(route_key)s AND r.enabled AND r.agent_client_enabled
-    AND (cardinality(r.allowed_audiences) = 0 OR {audience} = ANY(r.allowed_audiences))
-    AND EXISTS (
-        SELECT 1 FROM {client_routes} cr
-        WHERE cr.{client_routes_route} = r.id AND cr.{client_routes_client} = {client_pk}
-    )
-    AND EXISTS (
-        SELECT 1 FROM {session_routes} sr
-        WHERE sr.{session_routes_route} = r.id AND sr.{session_routes_session} = {session_pk}
-    )
-"""
-
-# The route `r`'s knowledge bases as one JSON array of value arrays (NULL for none), in the
-# model's default order (slug), as `route.knowledge_bases.all()` would list them. One column
-# rather than one row per KB: the route's and session's columns are then read only once.
-_ROUTE_KNOWLEDGE_BASES = """(
-    SELECT json_agg(json_build_array({kb_columns}) ORDER BY kb.slug)
-    FROM {route_kbs} rk JOIN {kb} kb ON kb.id = rk.{route_kbs_kb}
-    WHERE rk.{route_kbs_route} = r.id
-)"""
+# Every rule is in SQL, in the PL/pgSQL functions of migration 0006: PostgreSQL keeps the
+# plan of a function's query for the life of the connection, where a statement sent with its
+# values inline, as Django sends them, is planned anew on every call. A function answers one
+# JSON object, or NULL when access is refused (the route alone is NULL when the session is
+# live but the route refused), whose rows, keyed by column, become complete model instances
+# without further queries: the session with its client cached, the route with its knowledge
+# bases in its prefetch cache. Nothing is cached between requests.
+_LIVE_SESSION = "SELECT bailing_knowledge_live_session(%s, %s)"
+_ADMITTED_ROUTE = "SELECT bailing_knowledge_admitted_route(%s, %s, %s, %s)"
+_LIVE_SESSION_AND_ROUTE = "SELECT bailing_knowledge_live_session_and_route(%s, %s, %s)"
 
 # Where `live_session_and_route` leaves its answer on the session instance it builds.
 _CHECKED_ROUTE = "_bailing_knowledge_checked_route"
 
-
-def _columns(model: type[Model], alias: str) -> str:
-    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
-
-
-def _m2m(model: type[Model], name: str) -> tuple[str, str, str]:
-    """The through table of `model.name`, its column to `model`, its column to the target."""
-    field = model._meta.get_field(name)
-    through = field.remote_field.through._meta.db_table
-    return through, field.m2m_column_name(), field.m2m_reverse_name()
-
-
-def _names() -> dict[str, str]:
-    """Table and column names for the templates above, from the models' metadata."""
-    client_routes, client_routes_client, client_routes_route = _m2m(Client, "allowed_routes")
-    session_routes, session_routes_session, session_routes_route = _m2m(
-        AgentSession, "allowed_routes"
-    )
-    route_kbs, route_kbs_route, route_kbs_kb = _m2m(Route, "knowledge_bases")
-    return {
-        "session": AgentSession._meta.db_table,
-        "client": Client._meta.db_table,
-        "route": Route._meta.db_table,
-        "kb": KnowledgeBase._meta.db_table,
-        "kb_columns": _columns(KnowledgeBase, "kb"),
-        "client_routes": client_routes,
-        "client_routes_client": client_routes_client,
-        "client_routes_route": client_routes_route,
-        "session_routes": session_routes,
-        "session_routes_session": session_routes_session,
-        "session_routes_route": session_routes_route,
-        "route_kbs": route_kbs,
-        "route_kbs_route": route_kbs_route,
-        "route_kbs_kb": route_kbs_kb,
+# Fields whose JSON value is already what the ORM loads (text, integers, booleans, NULL):
+# these classes' `to_python` returns such values unchanged.
+_AS_IS = frozenset(
+    {
+        models.AutoField,
+        models.BigAutoField,
+        models.BigIntegerField,
+        models.BooleanField,
+        models.CharField,
+        models.IntegerField,
+        models.PositiveBigIntegerField,
+        models.PositiveIntegerField,
+        models.PositiveSmallIntegerField,
+        models.SlugField,
+        models.SmallAutoField,
+        models.SmallIntegerField,
+        models.TextField,
     }
+)
 
 
-# The statements are assembled once from module constants and model metadata; every value
-# is a bound parameter.
-@cache
-def _session_sql() -> str:
-    n = _names()
-    return (
-        f"SELECT {_columns(AgentSession, 's')}, {_columns(Client, 'c')} "  # noqa: S608
-        f"FROM {n['session']} s JOIN {n['client']} c ON c.id = s.client_id "
-        f"WHERE s.token_hash = %(token_hash)s AND {_SESSION_LIVE}"
-    )
-
-
-@cache
-def _route_sql() -> str:
-    n = _names()
-    admits = _ROUTE_ADMITS.format(
-        audience="%(audience)s", client_pk="%(client)s", session_pk="%(session)s", **n
-    )
-    return (
-        f"SELECT {_columns(Route, 'r')}, {_ROUTE_KNOWLEDGE_BASES.format(**n)} "  # noqa: S608
-        f"FROM {n['route']} r WHERE {admits}"
-    )
-
-
-@cache
-def _session_and_route_sql() -> str:
-    n = _names()
-    admits = _ROUTE_ADMITS.format(
-        audience="s.principal_audience", client_pk="c.id", session_pk="s.id", **n
-    )
-    return (
-        f"SELECT {_columns(AgentSession, 's')}, {_columns(Client, 'c')}, "  # noqa: S608
-        f"{_columns(Route, 'r')}, {_ROUTE_KNOWLEDGE_BASES.format(**n)} "
-        f"FROM {n['session']} s JOIN {n['client']} c ON c.id = s.client_id "
-        f"LEFT JOIN {n['route']} r ON {admits} "
-        f"WHERE s.token_hash = %(token_hash)s AND {_SESSION_LIVE}"
-    )
-
-
-def _fetch(model: type[Model], sql: str, params: dict[str, Any]) -> _Row | None:
+def _fetch(model: type[Model], sql: str, params: list[Any]) -> tuple[str, dict[str, Any]] | None:
+    """The function's answer, with the database alias it was read from."""
     alias = router.db_for_read(model)
     with connections[alias].cursor() as cursor:
         cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return None if row is None else _Row(alias, row)
+        (answer,) = cursor.fetchone()
+    if isinstance(answer, str | bytes):  # a host may have changed psycopg's json loader
+        answer = json.loads(answer)
+    return None if answer is None else (alias, answer)
+
+
+@cache
+def _columns(model: type[Model]) -> tuple[list[tuple[str, Field | None]], list[str]]:
+    """Per concrete field, its column and the field if its JSON value needs converting."""
+    columns = []
+    for field in model._meta.concrete_fields:
+        stored = field.target_field if field.is_relation else field
+        columns.append((field.column, None if type(stored) in _AS_IS else field))
+    return columns, [field.attname for field in model._meta.concrete_fields]
 
 
 def _from_json(field: Field, value: Any) -> Any:
@@ -145,53 +80,40 @@ def _from_json(field: Field, value: Any) -> Any:
     return value
 
 
-class _Row:
-    """Reads one result row into model instances, model by model, in SELECT order."""
-
-    def __init__(self, alias: str, row: tuple) -> None:
-        self.alias = alias
-        self.row = row
-        self.offset = 0
-
-    def instance(self, model: type[Model]) -> Any:
-        """The `model` in the next columns, or None when they are NULL (an outer join)."""
-        fields = model._meta.concrete_fields
-        values = self.row[self.offset : self.offset + len(fields)]
-        self.offset += len(fields)
-        if values[0] is None:
-            return None
-        return model.from_db(self.alias, [field.attname for field in fields], values)
-
-    def json_instances(self, model: type[Model]) -> list[Any]:
-        """The `model`s in the next column, a JSON array of value arrays (or NULL)."""
-        rows = self.row[self.offset]
-        self.offset += 1
-        if isinstance(rows, str | bytes):  # a host may have changed psycopg's json loader
-            rows = json.loads(rows)
-        fields = model._meta.concrete_fields
-        names = [field.attname for field in fields]
-        return [
-            model.from_db(
-                self.alias,
-                names,
-                [_from_json(f, v) for f, v in zip(fields, values, strict=True)],
-            )
-            for values in rows or ()
+def _instance(model: type[Model], alias: str, row: dict[str, Any] | None) -> Any:
+    """The `model` whose columns `row` holds, or None for a NULL row."""
+    if row is None:
+        return None
+    columns, names = _columns(model)
+    try:
+        values = [
+            row[column] if field is None or row[column] is None else _from_json(field, row[column])
+            for column, field in columns
         ]
+    except KeyError as missing:
+        raise ImproperlyConfigured(
+            f"The access functions of bailing_knowledge return no {model.__name__} column "
+            f"{missing}: apply the app's migrations, and let a migration that changes the "
+            f"model replace the functions (see migration 0006)."
+        ) from None
+    return model.from_db(alias, names, values)
 
 
-def _session(row: _Row) -> AgentSession:
-    session = row.instance(AgentSession)
-    AgentSession._meta.get_field("client").set_cached_value(session, row.instance(Client))
+def _session(alias: str, answer: dict[str, Any]) -> AgentSession:
+    session = _instance(AgentSession, alias, answer["session"])
+    client = _instance(Client, alias, answer["client"])
+    AgentSession._meta.get_field("client").set_cached_value(session, client)
     return session
 
 
-def _route(row: _Row) -> Route | None:
-    route = row.instance(Route)
-    knowledge_bases = row.json_instances(KnowledgeBase)
+def _route(alias: str, answer: dict[str, Any]) -> Route | None:
+    route = _instance(Route, alias, answer["route"])
     if route is None:
         return None
-    # What `prefetch_related("knowledge_bases")` leaves behind, filled from our row: a
+    knowledge_bases = [
+        _instance(KnowledgeBase, alias, row) for row in answer["knowledge_bases"] or ()
+    ]
+    # What `prefetch_related("knowledge_bases")` leaves behind, filled from the answer: a
     # queryset still filtered on the route, should a caller refine it.
     queryset = route.knowledge_bases.get_queryset()
     queryset._result_cache = knowledge_bases
@@ -202,20 +124,15 @@ def _route(row: _Row) -> Route | None:
 
 def live_session(token_hash: str, now: datetime) -> AgentSession | None:
     """The session stored under `token_hash` if it is live at `now`, its client cached."""
-    row = _fetch(AgentSession, _session_sql(), {"token_hash": token_hash, "now": now})
-    return None if row is None else _session(row)
+    fetched = _fetch(AgentSession, _LIVE_SESSION, [token_hash, now])
+    return None if fetched is None else _session(*fetched)
 
 
 def admitted_route(session: AgentSession, route_key: str) -> Route | None:
     """The route `route_key` if `session` may use it now, its knowledge bases prefetched."""
-    params = {
-        "route_key": route_key,
-        "audience": session.principal_audience,
-        "client": session.client_id,
-        "session": session.pk,
-    }
-    row = _fetch(Route, _route_sql(), params)
-    return None if row is None else _route(row)
+    params = [route_key, session.principal_audience, session.client_id, session.pk]
+    fetched = _fetch(Route, _ADMITTED_ROUTE, params)
+    return None if fetched is None else _route(*fetched)
 
 
 def live_session_and_route(token_hash: str, now: datetime, route_key: str) -> AgentSession | None:
@@ -224,12 +141,11 @@ def live_session_and_route(token_hash: str, now: datetime, route_key: str) -> Ag
     The answer stays on this session instance, which lives for one request, for
     `checked_route` to hand to the route permission.
     """
-    params = {"token_hash": token_hash, "now": now, "route_key": route_key}
-    row = _fetch(AgentSession, _session_and_route_sql(), params)
-    if row is None:
+    fetched = _fetch(AgentSession, _LIVE_SESSION_AND_ROUTE, [token_hash, now, route_key])
+    if fetched is None:
         return None
-    session = _session(row)
-    setattr(session, _CHECKED_ROUTE, (route_key, _route(row)))
+    session = _session(*fetched)
+    setattr(session, _CHECKED_ROUTE, (route_key, _route(*fetched)))
     return session
 
 

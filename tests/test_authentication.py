@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -12,13 +13,15 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from bailing_knowledge import access, services
 from bailing_knowledge.authentication import AgentBearerAuthentication, AgentUser
-from bailing_knowledge.models import AgentSession, Client, hash_token
+from bailing_knowledge.models import AgentSession, Client, KnowledgeBase, Route, hash_token
 
 pytestmark = pytest.mark.django_db
 
 
 def _fields(instance) -> dict:
-    return {field.attname: getattr(instance, field.attname) for field in instance._meta.fields}
+    """Every field's value, and its type: 1 would equal True, 1.0 equal 1."""
+    values = {field.attname: getattr(instance, field.attname) for field in instance._meta.fields}
+    return {name: (type(value), value) for name, value in values.items()}
 
 
 def _expire(issued):
@@ -125,3 +128,69 @@ def test_a_live_session_with_a_forbidden_route_is_still_authenticated(issued, ro
     session = access.live_session_and_route(token_hash, timezone.now(), "orders")
     assert session.pk == issued.session.pk
     assert access.checked_route(session, "orders") == (True, None)
+
+
+# What each function of migration 0006 answers: the rows of these models, keyed by column.
+ANSWERS = {
+    "bailing_knowledge_live_session": {"session": AgentSession, "client": Client},
+    "bailing_knowledge_admitted_route": {"route": Route, "knowledge_bases": KnowledgeBase},
+    "bailing_knowledge_live_session_and_route": {
+        "session": AgentSession,
+        "client": Client,
+        "route": Route,
+        "knowledge_bases": KnowledgeBase,
+    },
+}
+
+
+def _answer(function: str, issued) -> dict:
+    session = issued.session
+    token_hash, now = hash_token(issued.access_token), timezone.now()
+    params = {
+        "bailing_knowledge_live_session": [token_hash, now],
+        "bailing_knowledge_admitted_route": [
+            "orders",
+            session.principal_audience,
+            session.client_id,
+            session.pk,
+        ],
+        "bailing_knowledge_live_session_and_route": [token_hash, now, "orders"],
+    }[function]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}({', '.join(['%s'] * len(params))})", params)
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("function", sorted(ANSWERS))
+def test_access_functions_return_every_field_of_their_models(function, issued):
+    # The functions list their columns: a field added to, removed from or renamed in one of
+    # these models needs a migration that replaces them (see migration 0006).
+    answer = _answer(function, issued)
+    assert set(answer) == set(ANSWERS[function])
+    for key, model in ANSWERS[function].items():
+        rows = answer[key] if key == "knowledge_bases" else [answer[key]]
+        assert rows
+        for row in rows:
+            assert sorted(row) == sorted(field.column for field in model._meta.concrete_fields)
+
+
+def test_a_function_behind_the_models_is_refused_loudly(issued, monkeypatch):
+    # As if a field had been added without replacing the function: nothing half-loaded.
+    lagging = "SELECT (bailing_knowledge_live_session(%s, %s)::jsonb #- '{session,device_label}')"
+    monkeypatch.setattr(access, "_LIVE_SESSION", lagging)
+    with pytest.raises(ImproperlyConfigured, match="AgentSession column 'device_label'"):
+        access.live_session(hash_token(issued.access_token), timezone.now())
+
+
+@pytest.mark.parametrize(("use_tz", "time_zone"), [(True, "UTC"), (False, "Asia/Shanghai")])
+def test_session_timestamps_are_what_the_orm_loads(use_tz, time_zone, issued, settings):
+    settings.USE_TZ, settings.TIME_ZONE = use_tz, time_zone
+    AgentBearerAuthentication().authenticate_credentials(issued.access_token)  # last_seen_at
+    session = access.live_session(hash_token(issued.access_token), timezone.now())
+    stored = AgentSession.objects.select_related("client").get(pk=issued.session.pk)
+    assert _fields(session) == _fields(stored)
+    assert _fields(session.client) == _fields(stored.client)
+    names = ["created_at", "expires_at", "last_seen_at"]
+    zones = [getattr(session, name).tzinfo for name in names]
+    assert zones == [getattr(stored, name).tzinfo for name in names]
+    assert all((zone is not None) == use_tz for zone in zones)

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.django_db
 
 
 def _fields(instance) -> dict:
-    return {field.attname: getattr(instance, field.attname) for field in instance._meta.fields}
+    """Every field's value, and its type: 1 would equal True, 1.0 equal 1."""
+    values = {field.attname: getattr(instance, field.attname) for field in instance._meta.fields}
+    return {name: (type(value), value) for name, value in values.items()}
 
 
 def _route_outside_client(issued, route, agent_client):
@@ -205,3 +207,30 @@ def test_knowledge_base_timestamps_are_what_the_orm_loads(
     assert loaded == [(kb.created_at, kb.updated_at) for kb in stored.knowledge_bases.all()]
     assert all((moment.tzinfo is not None) == use_tz for pair in loaded for moment in pair)
     assert found.created_at == stored.created_at
+
+
+def test_the_knowledge_bases_arrive_with_every_field(issued, route):
+    # Every value distinct, so that two fields read in each other's place would show.
+    kb = KnowledgeBase.objects.create(
+        slug="every-field",
+        title="Title",
+        description="Description",
+        enabled=False,
+        embedder="embedder",
+        tenant="tenant",
+        language="simple",
+    )
+    services.update_route(route, knowledge_bases=[kb])
+    session = issued.session
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT bailing_knowledge_admitted_route(%s, %s, %s, %s)",
+            ["orders", session.principal_audience, session.client_id, session.pk],
+        )
+        ((row,),) = [answer["knowledge_bases"] for (answer,) in cursor.fetchall()]
+    fields = KnowledgeBase._meta.concrete_fields
+    assert sorted(row) == sorted(field.column for field in fields)
+    values = [field.to_python(row[field.column]) for field in fields]
+    assert values == [getattr(kb, field.attname) for field in fields]
+    found = allowed_route(AgentSession.objects.get(pk=session.pk), "orders")
+    assert [_fields(loaded) for loaded in found.knowledge_bases.all()] == [_fields(kb)]
