@@ -24,6 +24,7 @@ from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .embedders import EmbedderError, get_embedder
 from .lexical import LexicalLeg
+from .session import configure_search
 from .visibility import (
     VISIBLE_SQL,
     Visibility,
@@ -169,7 +170,8 @@ class HybridSearch:
             return self.result
         rankings: list[tuple[float, list[int]]] = []
         with transaction.atomic():
-            self._configure()
+            with connection.cursor() as cursor:
+                configure_search(cursor)
             if self.use_lexical:
                 for language, group in group_knowledge_bases(self.kbs, "language"):
                     ranking = self._leg(self._lexical, group, language)
@@ -185,19 +187,6 @@ class HybridSearch:
                 scores, max_hits, min_score, per_document, max_documents or max_hits
             )
         return self.result
-
-    def _configure(self) -> None:
-        timeout = int(knowledge_settings.SEARCH_STATEMENT_TIMEOUT_MS)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('statement_timeout', %s, true), "
-                "set_config('hnsw.ef_search', %s, true), "
-                "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                # The legs' cost estimates cross the JIT threshold, and compiling them costs
-                # more than running them.
-                "set_config('jit', 'off', true)",
-                [f"{timeout}ms", str(int(knowledge_settings.SEARCH_EF_SEARCH))],
-            )
 
     def _leg(self, leg, *args) -> list[int] | None:  # type: ignore[no-untyped-def]
         """Run one leg in a savepoint; a timeout or embedder failure marks it failed."""

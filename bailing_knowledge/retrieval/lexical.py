@@ -43,6 +43,7 @@ from django.db import connection, transaction
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .analysis import document_terms, query_terms
+from .session import configure_search
 from .visibility import DOCUMENT_VISIBLE_SQL, Visibility, group_knowledge_bases
 
 logger = logging.getLogger("bailing_knowledge")
@@ -72,8 +73,11 @@ MAX_CHUNKS_READ = 2_000
 #: search reads follows how deep its answer lies, not how many chunks hold its terms.
 FIRST_ROUND = 100
 GROWTH = 4
-#: Lexemes one round asks for at most (the SQL stays small; the next round goes on).
+#: Lexemes one round asks for at most (the SQL stays small; the next round goes on), and
+#: the chunk count under which a term is looked up once for all its levels (each lookup
+#: costs, more so while the GIN index has entries pending).
 ROUND_LEXEMES = 400
+FEW = 100
 #: Reading stops once the `EXACT_RANKS`-th score times this exceeds what an unseen chunk
 #: could still score; 1.0 is exact. A search uses the first ranks (3 hints at most; fusion
 #: weighs rank 1 five times rank 40): those are proven, the rest are the best found.
@@ -208,7 +212,9 @@ FROM unnest(%(wanted)s::text[]) WITH ORDINALITY AS w(lexeme, position)
 CROSS JOIN LATERAL (
     SELECT c.id, c.document_id, c.lexical_length, c.lexical_terms
     FROM bailing_knowledge_chunk c
-    WHERE c.search_vector @@ w.lexeme::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
+    WHERE c.search_vector @@ w.lexeme::tsquery
+      -- Written so that no index serves it: the GIN index must (see above).
+      AND c.knowledge_base_id + 0 = ANY(%(kbs)s)
       AND c.id <> ALL(%(seen)s::bigint[])
 ) c
 LIMIT %(budget)s
@@ -274,6 +280,7 @@ class LexicalLeg:
         """The best `limit` visible chunks, (id, score), best first: exact BM25 top-k."""
         if cursor is None:
             with transaction.atomic(), connection.cursor() as own:
+                configure_search(own)
                 return self.ranking(limit, own)
         self.rounds = self.chunks_read = 0
         self.truncated = False
@@ -299,12 +306,14 @@ class LexicalLeg:
         while True:
             # Every unread level that may still matter, heaviest bound first; a round reads
             # them in that order until its size is reached.
+            # A term found in few chunks is one lookup for all its levels (value -1).
             wanted = sorted(
                 (
-                    (scorer.bound(term, value), term, value)
+                    (scorer.bound(term, value), term, -1 if stats.df[term] <= FEW else value)
                     for term in terms
                     for value in range(frontier[term], -1, -1)
                     if scorer.bound(term, value) >= floor
+                    and (stats.df[term] > FEW or value == frontier[term])
                 ),
                 key=lambda item: -item[0],
             )[:ROUND_LEXEMES]
@@ -316,7 +325,7 @@ class LexicalLeg:
                 _ROUND,
                 {
                     **params,
-                    "wanted": [_quoted(lexeme(term, value)) for _, term, value in wanted],
+                    "wanted": [_wanted(term, value) for _, term, value in wanted],
                     "seen": [*scores, *self._hidden],
                     "budget": size,
                 },
@@ -334,8 +343,8 @@ class LexicalLeg:
             # on (all of them, if rows came out of order) they stay unread.
             done = len(wanted) if len(rows) < size else (rows[-1][3] - 1 if _in_order(rows) else 0)
             for _, term, value in wanted[:done]:
-                frontier[term] = min(frontier[term], value - 1)
-            remaining = sum(scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0)
+                frontier[term] = min(frontier[term], value - 1)  # -1 read whole: -2
+            remaining = sum(scorer.bound(t, frontier[t]) for t in terms)
             kth = best[-1] if len(best) >= proven else 0.0
             if remaining == 0 or (len(best) >= proven and kth * PRUNING > remaining):
                 break
@@ -367,6 +376,7 @@ class LexicalLeg:
         """Every visible chunk holding a query term, scored: the reference `ranking` meets."""
         if cursor is None:
             with transaction.atomic(), connection.cursor() as own:
+                configure_search(own)
                 return self.exhaustive(limit, own)
         prepared = self._prepare(cursor)
         if prepared is None or limit <= 0:
@@ -388,6 +398,13 @@ class LexicalLeg:
 def _in_order(rows: Sequence[tuple[Any, ...]]) -> bool:
     """Rows came level by level, in the order asked (the plan's nested loop keeps it)."""
     return all(a[3] <= b[3] for a, b in pairwise(rows))
+
+
+def _wanted(term: str, value: int) -> str:
+    """The tsquery of one level of a term, or of all its levels (`value` -1)."""
+    if value < 0:
+        return _quoted(term + SEPARATOR) + ":*"
+    return _quoted(lexeme(term, value))
 
 
 def _top(items: Iterable[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
@@ -426,6 +443,7 @@ class _Scorer:
         }
 
     def bound(self, term: str, value: int) -> float:
+        """What a chunk can score for `term` at level `value` (0 below level 0)."""
         return self._bounds[term][value] if value >= 0 else 0.0
 
     def score(self, vector: str, length: int) -> float:
