@@ -123,24 +123,31 @@ def _cost_function(escaped: bool) -> Callable[[str], int]:
 
 
 def _largest_fitting(
-    text: str, start: int, ends: Sequence[int], room: int, cost: Callable[[str], int]
+    text: str, start: int, stop: int, room: int, cost: Callable[[str], int]
 ) -> int:
-    """Largest `e` in `ends` (ascending) with `cost(text[start:e]) <= room`, else `start`.
+    """Largest `e` in `[start, stop]` with `cost(text[start:e]) <= room` (`room` >= 0).
 
-    Cost is additive and positive, so it grows with `e`: binary search, O(log n) scans.
+    Cost is additive and every character costs at least one byte. So when the whole run is
+    `over` bytes too long, dropping its last `over` characters is enough, and the answer lies
+    between that point and as many characters past it as bytes are left: a binary search over
+    that short stretch, scanning only the pieces it adds. One scan of the run, then a few of
+    short pieces, instead of a scan of the whole run per halving.
     """
-    if not ends or cost(text[start : ends[0]]) > room:
-        return start
-    if cost(text[start : ends[-1]]) <= room:
-        return ends[-1]
-    lo, hi = 0, len(ends) - 1  # invariant: ends[lo] fits, ends[hi] does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if cost(text[start : ends[mid]]) <= room:
-            lo = mid
+    total = cost(text[start:stop])
+    if total <= room:
+        return stop
+    lo = max(start, stop - (total - room))
+    used = total - cost(text[lo:stop])  # the cost of text[start:lo], which fits
+    hi = min(stop - 1, lo + room - used)  # nothing beyond `hi` fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        extra = cost(text[lo:mid])
+        if used + extra <= room:
+            lo, used = mid, used + extra
+            hi = min(hi, lo + room - used)
         else:
-            hi = mid
-    return ends[lo]
+            hi = mid - 1
+    return lo
 
 
 class _Segmenter:
@@ -156,20 +163,34 @@ class _Segmenter:
     An ASCII slice without CR needs no `regex`: every position in it is a boundary (nothing
     ASCII extends, prepends or joins). Linear in the characters segmented, whatever the text;
     boundaries found once are reused when the read loop retries with less room.
+
+    A line feed always ends a cluster (UAX #29, GB4), so segmentation need not run from
+    `start`: it runs from the last line start before the boundary asked for (`origin`). A page
+    of text with line breaks costs the segmentation of its last line, not of the page.
     """
 
     def __init__(self, text: str, start: int) -> None:
         self.text = text
-        self.ends: list[int] = []  # boundaries found, ascending, all > start
-        self.pos = start  # the last boundary found (segmentation resumes here)
-        self.known = start  # every boundary <= known is in `ends`
+        self.start = start
+        self._restart(start)
+
+    def _restart(self, origin: int) -> None:
+        self.origin = origin  # a boundary: `start`, or a line start after it
+        self.ends: list[int] = []  # boundaries found, ascending, all > origin
+        self.pos = origin  # the last boundary found (segmentation resumes here)
+        self.known = origin  # every boundary in (origin, known] is in `ends`
 
     def last_boundary(self, stop: int) -> int | None:
         """The largest boundary `b` with `start < b <= stop`, or None."""
+        origin = max(self.start, self.text.rfind("\n", self.start, stop) + 1)
+        if not self.origin <= origin <= self.known:
+            self._restart(origin)
         if stop > self.known:
             self._segment(stop)
         i = bisect_right(self.ends, stop)
-        return self.ends[i - 1] if i else None
+        if i:
+            return self.ends[i - 1]
+        return self.origin if self.origin > self.start else None
 
     def _segment(self, stop: int) -> None:
         text, pos, size = self.text, self.pos, _SEGMENT_CHARS
@@ -207,11 +228,9 @@ def _fit_end(
     if max_bytes <= 0 or start == end:
         return start
     # Every character costs at least one byte: no run longer than `max_bytes` fits. Within
-    # that, the longest run of code points that fits (cost grows with length: binary search
-    # with C-speed scans), then its last cluster boundary: every shorter run fits too.
-    longest = _largest_fitting(
-        text, start, range(start + 1, min(end, start + max_bytes) + 1), max_bytes, cost
-    )
+    # that, the longest run of code points that fits (C-speed scans of a few pieces), then its
+    # last cluster boundary: every shorter run fits too.
+    longest = _largest_fitting(text, start, min(end, start + max_bytes), max_bytes, cost)
     if longest in (start, len(text)):
         return longest  # nothing fits, or the whole rest (the end is always a boundary)
     boundary = segmenter.last_boundary(longest)

@@ -239,6 +239,17 @@ def test_cut_to_bytes_raw_utf8():
     assert cut_to_bytes("a" + FAMILY, 25, escaped=False) == "a"
 
 
+@settings(max_examples=300, deadline=None)
+@given(pieced, st.data())
+def test_largest_fitting_run_is_the_longest_within_room(text, data):
+    start = data.draw(st.integers(0, len(text)), label="start")
+    stop = data.draw(st.integers(start, len(text)), label="stop")
+    room = data.draw(st.integers(0, 3 * (stop - start) + 10), label="room")
+    for cost in (escaped_len, utf8_len):
+        fitting = [e for e in range(start, stop + 1) if cost(text[start:e]) <= room]
+        assert budget._largest_fitting(text, start, stop, room, cost) == max(fitting)
+
+
 def test_fit_end_pages_forward_from_an_offset():
     text = "ab" + FAMILY + "cd"  # family spans [2, 9)
     assert fit_end(text, 0, 100) == len(text)
@@ -277,7 +288,27 @@ def test_segmenter_agrees_with_whole_text_segmentation(text, data):
         assert segmenter.last_boundary(stop) == (expected[-1] if expected else None)
     segmenter = budget._Segmenter(text, start)
     segmenter.last_boundary(len(text))
-    assert segmenter.ends == [b for b in bounds if b > start]
+    # Segmented from `start`, or from a line start after it: every boundary from there on.
+    origin = segmenter.origin
+    assert origin == start or (origin > start and text[origin - 1] == "\n")
+    assert segmenter.ends == [b for b in bounds if b > origin]
+
+
+def test_segmenter_starts_at_the_last_line_feed():
+    line = FAMILY * 2000
+    text = "\n".join([line] * 40)  # 40 lines of emoji families, 880 KB
+    segmenter = budget._Segmenter(text, 0)
+    stop = len(text) - 1000
+    last_line = text.rfind("\n", 0, stop) + 1
+    boundary = segmenter.last_boundary(stop)
+    assert boundary == stop - (stop - last_line) % len(FAMILY)
+    # Only the last line was segmented, not the 39 before it.
+    assert segmenter.origin == last_line
+    assert len(segmenter.ends) == (boundary - last_line) // len(FAMILY)
+    # Asking for less room later goes back to the line it falls in.
+    assert segmenter.last_boundary(len(FAMILY) * 3 + 1) == len(FAMILY) * 3
+    assert segmenter.last_boundary(stop) == boundary
+    assert segmenter.last_boundary(len(line) + 1) == len(line) + 1  # just after a line feed
 
 
 def test_long_runs_of_regional_indicators_are_segmented_in_linear_time():
