@@ -77,7 +77,7 @@ GROWTH = 4
 #: the chunk count under which a term is looked up once for all its levels (each lookup
 #: costs, more so while the GIN index has entries pending).
 ROUND_LEXEMES = 400
-FEW = 100
+FEW = 1000
 #: Reading stops once the `EXACT_RANKS`-th score times this exceeds what an unseen chunk
 #: could still score; 1.0 is exact. A search uses the first ranks (3 hints at most; fusion
 #: weighs rank 1 five times rank 40): those are proven, the rest are the best found.
