@@ -24,7 +24,7 @@ from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .embedders import EmbedderError, get_embedder
 from .lexical import LexicalLeg
-from .session import configure_search
+from .session import configure_search, search_transaction
 from .visibility import (
     VISIBLE_SQL,
     Visibility,
@@ -110,10 +110,13 @@ class SearchResult:
     hits: list[Hit] = field(default_factory=list)
     legs_ok: int = 0
     legs_failed: int = 0
+    #: Hits dropped because their document changed under them; the search runs in one
+    #: snapshot, so only a chunk whose text no longer matches its body gets here.
+    stale: int = 0
 
     @property
     def status(self) -> str:
-        if self.legs_failed == 0:
+        if self.legs_failed == 0 and not self.stale:
             return "ok"
         return "partial" if self.legs_ok else "unavailable"
 
@@ -169,7 +172,7 @@ class HybridSearch:
         if not self.kbs:
             return self.result
         rankings: list[tuple[float, list[int]]] = []
-        with transaction.atomic():
+        with search_transaction():
             with connection.cursor() as cursor:
                 configure_search(cursor)
             if self.use_lexical:
@@ -285,6 +288,7 @@ class HybridSearch:
                 for chunk_id, score in batch
                 if chunk_id in rows
             )
+            self.result.stale += len(batch) - len(rows)
             if len(hits) >= max_hits:
                 break
         return hits[:max_hits]

@@ -1,8 +1,14 @@
-"""The settings a search transaction runs with, set once at its start."""
+"""The transaction a search runs in: one snapshot, and settings set once at its start."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from django.db import connection, transaction
+from psycopg import IsolationLevel
+from psycopg.pq import TransactionStatus
 
 from ..conf import knowledge_settings
 
@@ -23,3 +29,31 @@ def configure_search(cursor: Any) -> None:
     """Bound the transaction's statements and steer its plans (settings local to it)."""
     timeout = int(knowledge_settings.SEARCH_STATEMENT_TIMEOUT_MS)
     cursor.execute(_CONFIGURE, [f"{timeout}ms", str(int(knowledge_settings.SEARCH_EF_SEARCH))])
+
+
+@contextmanager
+def search_transaction() -> Iterator[None]:
+    """A transaction whose statements all see one snapshot (REPEATABLE READ).
+
+    The legs find chunks and the fetch validates them against their documents; under READ
+    COMMITTED a re-ingestion committed between those statements turns found knowledge into
+    stale hits. The isolation level rides on the transaction's own BEGIN (psycopg writes it
+    there), so it costs no round trip. Inside a caller's transaction the caller's isolation
+    applies: a snapshot cannot be chosen after the first statement.
+    """
+    if connection.in_atomic_block:
+        with transaction.atomic():
+            yield
+        return
+    connection.ensure_connection()
+    raw = connection.connection
+    previous = raw.isolation_level
+    raw.isolation_level = IsolationLevel.REPEATABLE_READ
+    try:
+        with transaction.atomic():
+            yield
+    finally:
+        # The connection may have been closed or left mid-transaction by an error; only an
+        # idle one takes a new isolation level.
+        if not raw.closed and raw.info.transaction_status == TransactionStatus.IDLE:
+            raw.isolation_level = previous

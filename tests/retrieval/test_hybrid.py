@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 
 import pytest
 from django.db import connection, transaction
@@ -246,3 +247,61 @@ def test_fusion_weight_comes_from_the_embedder_or_its_settings(settings):
     }
     with pytest.raises(ImproperlyConfigured):
         get_embedder("default")
+
+
+def _before(tag: str, action):
+    """An execute wrapper that runs `action` once, just before the first `bk:<tag>` statement."""
+    done = []
+
+    def wrapper(execute, sql, params, many, context):
+        if not done and f"/* bk:{tag} */" in sql:
+            done.append(True)
+            action()
+        return execute(sql, params, many, context)
+
+    return wrapper
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_sees_one_snapshot_while_its_document_is_reingested():
+    """A re-ingestion committed between the legs and the fetch does not empty the answer."""
+    kb = services.create_knowledge_base("handbook", title="Handbook")
+    upsert_document(kb, "refunds.md", "Refunds", "# Refunds\n\nA refund takes five days.")
+
+    def reingest() -> None:
+        # Another connection, as a concurrent ingestion would be: a thread has its own.
+        def work() -> None:
+            try:
+                upsert_document(kb, "refunds.md", "Refunds", "# Refunds\n\nA refund takes a week.")
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+
+    with connection.execute_wrapper(_before("fetch", reingest)):
+        result = HybridSearch("refund", [kb], Visibility()).run(max_hits=3)
+    assert [hit.text for hit in result.hits] == ["# Refunds\n\nA refund takes five days."]
+    assert result.status == "ok"
+    # The next search sees the new revision.
+    result = HybridSearch("refund", [kb], Visibility()).run(max_hits=3)
+    assert "a week" in result.hits[0].text
+    # The search's isolation level was the transaction's only: the connection is back to its own.
+    assert connection.connection.isolation_level is None
+
+
+def test_a_hit_dropped_as_stale_makes_the_answer_partial(kb):
+    """Inside a caller's transaction (its own isolation), a document changed before the
+    fetch loses its hits: the answer says `partial`, never `ok` with nothing."""
+    upsert_document(kb, "refunds.md", "Refunds", "# Refunds\n\nA refund takes five days.")
+
+    def bump() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE bailing_knowledge_document SET revision = revision + 1")
+
+    with connection.execute_wrapper(_before("fetch", bump)):
+        result = HybridSearch("refund", [kb], Visibility()).run(max_hits=3)
+    assert result.hits == []
+    assert result.stale == 1
+    assert result.status == "partial"
