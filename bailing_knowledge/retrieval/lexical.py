@@ -32,6 +32,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+from bisect import insort
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -299,10 +300,10 @@ class LexicalLeg:
         # The next level to read of each term, from its highest one down; -1: all read.
         frontier = {term: stats.top[term] for term in terms}
         scores: dict[int, float] = {}
+        leaders = _Leaders(limit)
         # Exact ranks: reading stops once the first `proven` can no longer change; the ranks
         # after them are the best found by then, nearly always the same.
         proven = min(limit, EXACT_RANKS)
-        best: list[float] = []  # the `proven` best scores, best first
         params = {**self.visibility.params(self.kb_ids), "terms": terms}
         budget = MAX_CHUNKS_READ
         size = FIRST_ROUND
@@ -313,13 +314,13 @@ class LexicalLeg:
             # A term found in few chunks is one lookup for all its levels (value -1).
             wanted = sorted(
                 (
-                    (scorer.bound(term, value), term, -1 if stats.df[term] <= FEW else value)
+                    (bound, term, -1 if stats.df[term] <= FEW else value)
                     for term in terms
                     for value in range(frontier[term], -1, -1)
-                    if scorer.bound(term, value) >= floor
+                    if (bound := scorer.bound(term, value)) >= floor
                     and (stats.df[term] > FEW or value == frontier[term])
                 ),
-                key=lambda item: -item[0],
+                key=_heaviest,
             )[:ROUND_LEXEMES]
             if not wanted:
                 break
@@ -340,17 +341,17 @@ class LexicalLeg:
                 if chunk_id in scores:  # found through another term too
                     continue
                 self.documents[chunk_id] = document_id
-                scores[chunk_id] = scorer.score(vector, length)
-            self._admit(cursor, scores, params, limit)
-            best = [score for _, score in _top(scores.items(), proven)]
+                scores[chunk_id] = score = scorer.score(vector, length)
+                leaders.offer(chunk_id, score)
+            self._admit(cursor, scores, leaders, params)
             # The levels before the one the last row came from are read whole; from there
             # on (all of them, if rows came out of order) they stay unread.
             done = len(wanted) if len(rows) < size else (rows[-1][3] - 1 if _in_order(rows) else 0)
             for _, term, value in wanted[:done]:
                 frontier[term] = min(frontier[term], value - 1)  # -1 read whole: -2
             remaining = sum(scorer.bound(t, frontier[t]) for t in terms)
-            kth = best[-1] if len(best) >= proven else 0.0
-            if remaining == 0 or (len(best) >= proven and kth * PRUNING > remaining):
+            kth = leaders.score(proven)
+            if remaining == 0 or (kth > 0 and kth * PRUNING > remaining):
                 break
             if budget <= 0 or self.rounds >= MAX_ROUNDS:
                 # Out of budget: the best found so far (an approximation, rarely different).
@@ -359,22 +360,26 @@ class LexicalLeg:
             size *= GROWTH
             floor = _floor([scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0], kth)
         self.chunks_read = len(scores) + len(self._hidden)
-        return _top(scores.items(), limit)
+        return leaders.ranking()
 
-    def _admit(self, cursor: Any, scores: dict[int, float], params: dict, limit: int) -> None:
+    def _admit(
+        self, cursor: Any, scores: dict[int, float], leaders: _Leaders, params: dict
+    ) -> None:
         """Check the chunks that would rank against their documents (ready, current
         revision, audience and roles); hidden ones leave `scores` before they count."""
         while True:
-            unchecked = [i for i, _ in _top(scores.items(), limit) if i not in self._visible]
+            unchecked = [i for i in leaders.ids() if i not in self._visible]
             if not unchecked:
                 return
             cursor.execute(_VISIBLE, {**params, "ids": unchecked})
             visible = {row[0] for row in cursor.fetchall()}
             self._visible |= visible
-            for chunk_id in unchecked:
-                if chunk_id not in visible:
-                    del scores[chunk_id]
-                    self._hidden.add(chunk_id)
+            hidden = [chunk_id for chunk_id in unchecked if chunk_id not in visible]
+            for chunk_id in hidden:
+                del scores[chunk_id]
+                self._hidden.add(chunk_id)
+            if hidden:
+                leaders.rebuild(scores)
 
     def exhaustive(self, limit: int, cursor: Any = None) -> list[tuple[int, float]]:
         """Every visible chunk holding a query term, scored: the reference `ranking` meets."""
@@ -399,11 +404,47 @@ class LexicalLeg:
         return _top(scores.items(), limit)
 
 
+class _Leaders:
+    """The `size` best of the scores found so far, best first, ties by id: kept as rows
+    arrive (most score below the last leader: one comparison), rebuilt only when a leader
+    turns out hidden."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: list[tuple[float, int]] = []  # (-score, id), ascending
+
+    def offer(self, chunk_id: int, score: float) -> None:
+        item = (-score, chunk_id)
+        if len(self._items) < self.size:
+            insort(self._items, item)
+        elif item < self._items[-1]:
+            insort(self._items, item)
+            self._items.pop()
+
+    def rebuild(self, scores: dict[int, float]) -> None:
+        self._items = heapq.nsmallest(self.size, ((-s, i) for i, s in scores.items()))
+
+    def ids(self) -> list[int]:
+        return [chunk_id for _, chunk_id in self._items]
+
+    def score(self, rank: int) -> float:
+        """The score at `rank` (from 1), or 0 while fewer chunks are known."""
+        return -self._items[rank - 1][0] if len(self._items) >= rank else 0.0
+
+    def ranking(self) -> list[tuple[int, float]]:
+        return [(chunk_id, -negated) for negated, chunk_id in self._items]
+
+
+def _heaviest(item: tuple[float, str, int]) -> float:
+    return -item[0]
+
+
 def _in_order(rows: Sequence[tuple[Any, ...]]) -> bool:
     """Rows came level by level, in the order asked (the plan's nested loop keeps it)."""
     return all(a[3] <= b[3] for a, b in pairwise(rows))
 
 
+@lru_cache(maxsize=65536)
 def _wanted(term: str, value: int) -> str:
     """The tsquery of one level of a term, or of all its levels (`value` -1)."""
     if value < 0:
@@ -412,13 +453,8 @@ def _wanted(term: str, value: int) -> str:
 
 
 def _top(items: Iterable[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
-    """The `limit` best (id, score), best first, ties by id: a heap, not a sort of them all
-    (a search keeps up to 2,000 scores and asks for its best few after every round)."""
-    return heapq.nsmallest(limit, items, key=_rank_key)
-
-
-def _rank_key(item: tuple[int, float]) -> tuple[float, int]:
-    return -item[1], item[0]
+    """The `limit` best (id, score), best first, ties by id."""
+    return [(i, -s) for s, i in heapq.nsmallest(limit, ((-s, i) for i, s in items))]
 
 
 def _floor(bounds: list[float], kth: float) -> float:
@@ -451,13 +487,24 @@ class _Scorer:
             term: [weight * (self.k1 + 1) / (1 + self.rho * q) for q in _LEVEL_Q]
             for term, weight in idf.items()
         }
+        self._scores: dict[tuple[str, int], float] = {}
 
     def bound(self, term: str, value: int) -> float:
         """What a chunk can score for `term` at level `value` (0 below level 0)."""
         return self._bounds[term][value] if value >= 0 else 0.0
 
     def score(self, vector: str, length: int) -> float:
-        """BM25 of a chunk from the text of its filtered terms (`'term':1A,2A ...`)."""
+        """BM25 of a chunk from the text of its filtered terms (`'term':1A,2A ...`).
+
+        Remembered per text and length: most chunks hold the query's terms once or twice,
+        so the same few texts come back again and again."""
+        key = (vector, length)
+        known = self._scores.get(key)
+        if known is None:
+            known = self._scores[key] = self._score(vector, length)
+        return known
+
+    def _score(self, vector: str, length: int) -> float:
         total = 0.0
         norm = self.a + self.b * length
         for item in vector.split():
