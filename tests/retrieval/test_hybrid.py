@@ -208,7 +208,7 @@ def test_a_small_kb_among_many_rows_is_not_starved(kb, route):
     assert result.status == "ok"
 
 
-def test_a_timed_out_leg_makes_the_answer_partial(kb, settings):
+def _timed_out_search(kb, settings) -> hybrid.SearchResult:
     _corpus(kb, 5)
     settings.BAILING_KNOWLEDGE = {"SEARCH_STATEMENT_TIMEOUT_MS": 500}
     original = hybrid.HybridSearch._lexical
@@ -220,9 +220,26 @@ def test_a_timed_out_leg_makes_the_answer_partial(kb, settings):
 
     search = HybridSearch("refund", [kb], Visibility())
     search._lexical = slow_lexical.__get__(search)
-    result = search.run(max_hits=3)
+    return search.run(max_hits=3)
+
+
+def test_a_timed_out_leg_makes_the_answer_partial(kb, settings):
+    result = _timed_out_search(kb, settings)
     assert result.status == "partial"
     assert result.legs_ok == 1
+    assert result.hits
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_a_timed_out_leg_the_others_run_in_a_new_transaction(settings):
+    """Outside any caller's transaction the timeout aborts the search's own: the vector leg
+    and the fetch still answer, from a new one."""
+    kb = services.create_knowledge_base("handbook", title="Handbook")
+    result = _timed_out_search(kb, settings)
+    assert result.status == "partial"
+    assert result.legs_ok == 1
+    assert result.hits
+    assert not connection.in_atomic_block
 
 
 def test_weighted_fusion_scores_first_place_everywhere_as_one():
