@@ -1,4 +1,4 @@
-"""Upgrading: chunks indexed before the BM25 lexical index are re-analysed by `migrate`."""
+"""Upgrading: what `migrate` does to existing data and indexes, forwards and back."""
 
 from __future__ import annotations
 
@@ -58,3 +58,22 @@ def test_migrating_reanalyses_chunks_of_the_earlier_format():
     # Stemmed in the KB's language: "shipping" finds "shipped".
     found = lexical_ranking("shipping parcel", [chunk.knowledge_base], Visibility(), 3)
     assert [chunk_id for chunk_id, _ in found] == [chunk.pk]
+
+
+def _gin_options() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE relname = %s",
+            ["bk_chunk_search_vector_gin"],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_the_lexical_index_keeps_a_small_pending_list_and_migrates_back():
+    assert _gin_options() == ["gin_pending_list_limit=128"]
+    call_command("migrate", "bailing_knowledge", "0006_access_functions", verbosity=0)
+    try:
+        assert _gin_options() == []
+    finally:
+        call_command("migrate", "bailing_knowledge", verbosity=0)
+    assert _gin_options() == ["gin_pending_list_limit=128"]
