@@ -35,6 +35,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
 from . import services
+from .admin_playground import document_chunks, playground_urls
 from .conf import knowledge_settings
 from .ingestion.documents import (
     reindex_document,
@@ -331,6 +332,9 @@ class RouteAdmin(admin.ModelAdmin):
                 client_count=_count(Client.allowed_routes.through.objects.all(), "route"),
             )
         )
+
+    def get_urls(self) -> list:
+        return [*playground_urls(self.admin_site), *super().get_urls()]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Route | None = None) -> tuple:
         # The revision hashes the bound KBs (one query): change page only, never per row.
@@ -874,6 +878,7 @@ class DocumentAdmin(admin.ModelAdmin):
         "chunk_count",
         "metadata_json",
         "body",
+        "chunks",
         "created_at",
         "updated_at",
     )
@@ -884,6 +889,7 @@ class DocumentAdmin(admin.ModelAdmin):
             {"fields": ("status", "revision", "last_error", "content_hash", "chunk_count")},
         ),
         ("Content", {"fields": ("metadata_json", "body")}),
+        ("Chunks", {"fields": ("chunks",)}),
         ("History", {"fields": ("created_at", "updated_at")}),
     )
     show_full_result_count = False
@@ -962,6 +968,10 @@ class DocumentAdmin(admin.ModelAdmin):
     @admin.display(description="chunks", ordering="chunk_count")
     def chunk_count(self, obj: Document) -> int:
         return obj.chunk_count
+
+    @admin.display(description="chunks of this revision")
+    def chunks(self, obj: Document) -> str:
+        return document_chunks(self.admin_site, obj)
 
     @admin.display(description="metadata")
     def metadata_json(self, obj: Document) -> str:
