@@ -7,7 +7,7 @@ DEMO_ADDR ?= 127.0.0.1:8000
 DATASET ?= ../shared/datasets/nfcorpus
 SCALES ?= 10k,100k
 
-.PHONY: install demo test lint format migrations-check bench bench-quality clean
+.PHONY: install demo test lint format migrations-check bench bench-quality screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ bench: $(STAMP)
 ## set, and the lexical leg's exactness against an exhaustive BM25 (a TARGET line).
 bench-quality: $(STAMP)
 	$(PY) -m benchmarks.quality $(DATASET)
+
+## The admin in headless Chromium at 1400 px: the lists must fit the window, and the
+## screenshots in docs/images are taken again. Skipped when Chromium or ChromeDriver is absent
+## (Debian: apt-get install chromium chromium-driver).
+screenshots: $(STAMP)
+	BK_SCREENSHOTS=docs/images $(PY) -m pytest -m browser -q -rs tests/test_admin_browser.py
 
 clean:
 	rm -rf $(VENV) .data .pytest_cache .ruff_cache .hypothesis

@@ -32,7 +32,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.cache import add_never_cache_headers
-from django.utils.html import format_html
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.timezone import localtime
 
 from . import services
 from .admin_playground import document_chunks, playground_urls
@@ -74,6 +76,17 @@ def _count(queryset: QuerySet, field: str, **filters: Any) -> Coalesce:
         .values("n")
     )
     return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
+
+
+def _when(value: Any) -> str:
+    """A timestamp short enough for a list column: changelists must fit a laptop screen."""
+    return "-" if value is None else date_format(localtime(value), "Y-m-d H:i")
+
+
+class ListMedia:
+    """Long values (source keys, principal ids) wrap inside their column."""
+
+    css = {"all": ("bailing_knowledge/admin.css",)}
 
 
 def _error_text(exc: Exception) -> str:
@@ -204,18 +217,19 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
         "language",
         "document_count",
         "route_count",
-        "updated_at",
+        "updated",
     )
     list_display_links = ("slug", "title")
     list_filter = ("enabled", "embedder", "language", "tenant")
     search_fields = ("slug", "title", "description", "tenant")
-    readonly_fields = ("documents_link", "created_at", "updated_at")
+    readonly_fields = ("documents_link", "routes_list", "created_at", "updated_at")
     prepopulated_fields = {"slug": ("title",)}
+    Media = ListMedia
     actions = ("enable_knowledge_bases", "disable_knowledge_bases")
     fieldsets = (
         (None, {"fields": ("slug", "title", "description", "enabled")}),
         ("Retrieval", {"fields": ("embedder", "language", "tenant")}),
-        ("Contents", {"fields": ("documents_link", "created_at", "updated_at")}),
+        ("Contents", {"fields": ("documents_link", "routes_list", "created_at", "updated_at")}),
     )
 
     def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
@@ -263,15 +277,42 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
     def route_count(self, obj: KnowledgeBase) -> int:
         return obj.route_count
 
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, obj: KnowledgeBase) -> str:
+        return _when(obj.updated_at)
+
     @admin.display(description="documents")
     def documents_link(self, obj: KnowledgeBase) -> str:
         if obj.pk is None:
             return "-"
-        return _changelist_link(
+        documents = _changelist_link(
             self.admin_site,
             Document,
             f"knowledge_base__id__exact={obj.pk}",
             f"{obj.document_count} document(s)",
+        )
+        upload = reverse(f"{self.admin_site.name}:bailing_knowledge_document_upload")
+        return format_html(
+            '{} &middot; <a href="{}?knowledge_base={}">Upload documents</a>',
+            documents,
+            upload,
+            obj.pk,
+        )
+
+    @admin.display(description="used by routes")
+    def routes_list(self, obj: KnowledgeBase) -> str:
+        if obj.pk is None:
+            return "-"
+        routes = obj.routes.order_by("route_key")
+        if not routes:
+            return "No route uses this knowledge base."
+        return format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            (
+                (reverse(f"{self.admin_site.name}:bailing_knowledge_route_change", args=(r.pk,)), r)
+                for r in routes
+            ),
         )
 
     enable_knowledge_bases = toggle_action(
@@ -302,16 +343,14 @@ class RouteAdmin(admin.ModelAdmin):
         "route_key",
         "name",
         "enabled",
-        "agent_client_enabled",
-        "knowledge_enabled",
-        "knowledge_mode",
-        "top_k",
-        "max_docs",
-        "min_score",
+        "agent_access",
+        "knowledge",
+        "search_settings",
         "knowledge_base_count",
         "client_count",
     )
     list_display_links = ("route_key", "name")
+    Media = ListMedia
     list_filter = ("enabled", "agent_client_enabled", "knowledge_enabled", "knowledge_mode")
     search_fields = ("route_key", "name", "knowledge_bases__slug")
     filter_horizontal = ("knowledge_bases",)
@@ -362,7 +401,36 @@ class RouteAdmin(admin.ModelAdmin):
             fieldsets.append(("History", {"fields": ("created_at", "updated_at")}))
         return tuple(fieldsets)
 
-    @admin.display(description="knowledge bases", ordering="knowledge_base_count")
+    def get_form(self, request: HttpRequest, obj: Route | None = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        switch = form.base_fields.get("agent_client_enabled")
+        if switch is not None:
+            switch.help_text = (
+                "Whether agents may call this route at all. Switching it off refuses every "
+                "agent request on the route, while the route's other settings are kept."
+            )
+        return form
+
+    @admin.display(description="agent access", boolean=True, ordering="agent_client_enabled")
+    def agent_access(self, obj: Route) -> bool:
+        return obj.agent_client_enabled
+
+    @admin.display(description="knowledge", boolean=True, ordering="knowledge_enabled")
+    def knowledge(self, obj: Route) -> bool:
+        return obj.knowledge_enabled
+
+    @admin.display(description="search")
+    def search_settings(self, obj: Route) -> str:
+        """Mode, top_k, max_docs and min_score in one column."""
+        return format_html(
+            "{}<br><small>top {} · {} docs · score ≥ {}</small>",
+            obj.get_knowledge_mode_display(),
+            obj.top_k,
+            obj.max_docs,
+            f"{obj.min_score:g}",
+        )
+
+    @admin.display(description="KBs", ordering="knowledge_base_count")
     def knowledge_base_count(self, obj: Route) -> int:
         return obj.knowledge_base_count
 
@@ -507,6 +575,19 @@ def _split_list(value: str) -> list[str]:
     return value.split(",") if value.strip() else []
 
 
+class WrappedSelectMultiple(FilteredSelectMultiple):
+    """The two-pane selector in a box of its own, as the admin wraps its own selectors.
+
+    The selector's script moves its panes to the front of the widget's parent element; on
+    a plain form that parent also holds the label, which would end up right of the panes.
+    """
+
+    def render(self, *args: Any, **kwargs: Any) -> str:
+        return format_html(
+            '<div class="related-widget-wrapper">{}</div>', super().render(*args, **kwargs)
+        )
+
+
 class IssueSessionForm(forms.ModelForm):
     """Issues a session through `services.issue_session` when it validates.
 
@@ -540,7 +621,7 @@ class IssueSessionForm(forms.ModelForm):
     on_behalf_of = forms.CharField(max_length=200, required=False)
     routes = forms.ModelMultipleChoiceField(
         queryset=Route.objects.order_by("route_key"),
-        widget=FilteredSelectMultiple("routes", is_stacked=False),
+        widget=WrappedSelectMultiple("routes", is_stacked=False),
         help_text="Must be among the client's allowed routes.",
     )
     lifetime = forms.IntegerField(required=False, label="Lifetime (seconds)")
@@ -623,15 +704,11 @@ class AgentSessionAdmin(admin.ModelAdmin):
     list_display = (
         "session_id",
         "client",
-        "principal_id",
-        "principal_tenant",
-        "principal_audience",
+        "principal",
         "route_keys",
-        "token_hint",
         "status",
-        "created_at",
-        "expires_at",
-        "last_seen_at",
+        "expires",
+        "last_seen",
     )
     list_filter = (
         SessionStatusFilter,
@@ -641,6 +718,7 @@ class AgentSessionAdmin(admin.ModelAdmin):
         "allowed_routes",
     )
     list_select_related = ("client",)
+    Media = ListMedia
     search_fields = (
         "=session_id",
         "principal_id",
@@ -740,8 +818,8 @@ class AgentSessionAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         """Render the outcome directly, never through a redirect.
 
-        The token message is consumed by this very response, so it never reaches the
-        message cookie or the session store.
+        The token is on this page only: it never reaches a redirect, the message cookie or
+        the session store.
         """
         token = obj.__dict__.pop("_issued_access_token", None)
         if token is None:
@@ -753,8 +831,7 @@ class AgentSessionAdmin(admin.ModelAdmin):
         )
         self.message_user(
             request,
-            "Copy this access token now: it is not stored and will not be shown again. "
-            f"Token of {obj.session_id}: {token}",
+            "Copy the access token below now: it is not stored and will not be shown again.",
             messages.WARNING,
         )
         opts = self.opts
@@ -763,6 +840,7 @@ class AgentSessionAdmin(admin.ModelAdmin):
             "opts": opts,
             "title": "Agent session issued",
             "session": obj,
+            "access_token": token,
             "routes": [route.route_key for route in obj.allowed_routes.all()],
             "change_url": reverse(
                 f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
@@ -772,6 +850,21 @@ class AgentSessionAdmin(admin.ModelAdmin):
         response = TemplateResponse(request, self.issued_template, context)
         add_never_cache_headers(response)
         return response
+
+    @admin.display(description="principal", ordering="principal_id")
+    def principal(self, obj: AgentSession) -> str:
+        scope = " · ".join(part for part in (obj.principal_tenant, obj.principal_audience) if part)
+        if not scope:
+            return obj.principal_id
+        return format_html("{}<br><small>{}</small>", obj.principal_id, scope)
+
+    @admin.display(description="expires", ordering="expires_at")
+    def expires(self, obj: AgentSession) -> str:
+        return _when(obj.expires_at)
+
+    @admin.display(description="last used", ordering="last_seen_at")
+    def last_seen(self, obj: AgentSession) -> str:
+        return _when(obj.last_seen_at)
 
     @admin.display(description="routes")
     def route_keys(self, obj: AgentSession) -> str:
@@ -861,9 +954,10 @@ class DocumentAdmin(admin.ModelAdmin):
         "status",
         "revision",
         "chunk_count",
-        "updated_at",
+        "updated",
     )
     list_display_links = ("source_key", "title")
+    Media = ListMedia
     list_filter = ("status", "knowledge_base")
     list_select_related = ("knowledge_base",)
     search_fields = ("source_key", "title", "=knowledge_base__slug")
@@ -934,7 +1028,11 @@ class DocumentAdmin(admin.ModelAdmin):
         """Upload files into a KB: each is loaded and upserted like `knowledge_ingest` does."""
         if not self.has_ingest_permission(request):
             raise PermissionDenied
-        form = DocumentUploadForm(request.POST or None, request.FILES or None)
+        form = DocumentUploadForm(
+            request.POST or None,
+            request.FILES or None,
+            initial={"knowledge_base": request.GET.get("knowledge_base")},
+        )
         if request.method == "POST" and form.is_valid():
             kb = form.cleaned_data["knowledge_base"]
             outcomes = _ingest_uploads(kb, form.cleaned_data["files"])
@@ -968,6 +1066,10 @@ class DocumentAdmin(admin.ModelAdmin):
     @admin.display(description="chunks", ordering="chunk_count")
     def chunk_count(self, obj: Document) -> int:
         return obj.chunk_count
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, obj: Document) -> str:
+        return _when(obj.updated_at)
 
     @admin.display(description="chunks of this revision")
     def chunks(self, obj: Document) -> str:

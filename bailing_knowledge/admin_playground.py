@@ -59,6 +59,7 @@ class PlaygroundForm(forms.Form):
     session = forms.CharField(
         required=False,
         label="Existing session",
+        widget=forms.TextInput(attrs={"size": 40}),
         help_text="A session id (ses_…): search as its principal. Leave empty to describe one.",
     )
     tenant = forms.CharField(max_length=128, required=False)

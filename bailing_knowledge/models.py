@@ -310,7 +310,7 @@ class Document(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.knowledge_base_id}:{self.source_key}"
+        return self.source_key
 
 
 class Chunk(models.Model):

@@ -188,3 +188,52 @@ def test_a_documents_page_lists_its_chunks_with_a_search_shortcut(admin_client, 
     assert params["query"][0] in document.body
     found = admin_client.get(link.replace("&amp;", "&") + "&tenant=acme&audience=staff")
     assert found.context["hints"][0]["title"] == "Refund policy"
+
+
+def test_routes_and_sessions_link_to_the_playground(admin_client, route, issued):
+    playground_url = reverse(PLAYGROUND)
+    page = admin_client.get(reverse("admin:bailing_knowledge_route_changelist")).content.decode()
+    assert f'href="{playground_url}"' in page
+    page = admin_client.get(
+        reverse("admin:bailing_knowledge_route_change", args=(route.pk,))
+    ).content.decode()
+    assert f'href="{playground_url}?route={route.pk}"' in page
+    session = issued.session
+    page = admin_client.get(
+        reverse("admin:bailing_knowledge_agentsession_change", args=(session.pk,))
+    ).content.decode()
+    assert f"{playground_url}?session={session.session_id}&amp;route={route.pk}" in page
+    prefilled = admin_client.get(playground_url, {"session": session.session_id, "route": route.pk})
+    assert prefilled.context["form"]["session"].value() == session.session_id
+
+
+def test_the_knowledge_base_page_links_uploads_and_lists_its_routes(admin_client, kb, route):
+    page = admin_client.get(
+        reverse("admin:bailing_knowledge_knowledgebase_change", args=(kb.pk,))
+    ).content.decode()
+    upload = reverse("admin:bailing_knowledge_document_upload")
+    assert f'href="{upload}?knowledge_base={kb.pk}"' in page
+    route_url = reverse("admin:bailing_knowledge_route_change", args=(route.pk,))
+    assert f'<a href="{route_url}">orders</a>' in page
+    form = admin_client.get(upload, {"knowledge_base": kb.pk}).context["form"]
+    assert str(form["knowledge_base"].value()) == str(kb.pk)
+
+
+def test_the_route_form_explains_agent_access_in_plain_words(admin_client, route):
+    page = admin_client.get(
+        reverse("admin:bailing_knowledge_route_change", args=(route.pk,))
+    ).content.decode()
+    assert "agent_client.enabled" not in page
+    assert "Whether agents may call this route at all" in page
+
+
+def test_documents_are_named_by_their_source_key(admin_client, kb):
+    from bailing_knowledge.ingestion.documents import upsert_document
+
+    upsert_document(kb, "refunds.md", "Refund policy", "Refunds take five days.")
+    document = Document.objects.get()
+    assert str(document) == "refunds.md"
+    page = admin_client.get(
+        reverse("admin:bailing_knowledge_document_change", args=(document.pk,))
+    ).content.decode()
+    assert f"{kb.pk}:refunds.md" not in page

@@ -327,11 +327,12 @@ def _hidden_by_metadata(
     visible = _visible_chunks([*lexical, *vector], kbs, visibility)
     lexical = {chunk: rank for chunk, rank in lexical.items() if chunk not in visible}
     vector = {chunk: rank for chunk, rank in vector.items() if chunk not in visible}
+    owners = {document for document, _ in _documents_of([*lexical, *vector]).values()}
     documents = {
         pk: (slug, metadata)
-        for pk, slug, metadata in Document.objects.filter(
-            pk__in=_documents_of([*lexical, *vector])
-        ).values_list("pk", "knowledge_base__slug", "metadata")
+        for pk, slug, metadata in Document.objects.filter(pk__in=owners).values_list(
+            "pk", "knowledge_base__slug", "metadata"
+        )
     }
 
     def describe(document: int, kb: int) -> tuple[str, str]:

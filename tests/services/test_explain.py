@@ -28,7 +28,11 @@ def hidden_text(reason: str) -> str:
 
 @pytest.fixture
 def corpus(kb, route):
-    """Visible documents, and one hidden document per reason, all about refunds."""
+    """Visible documents, and one hidden document per reason, all about refunds.
+
+    The first document has many chunks, so chunk ids and document ids differ.
+    """
+    upsert_document(kb, "returns.md", "Returns", "# Returns\n\n" + "Bring it back. " * 400)
     upsert_document(kb, "refunds.md", "Refund policy", REFUNDS)
     upsert_document(kb, "shipping.md", "Shipping", SHIPPING)
     upsert_document(
@@ -67,7 +71,8 @@ def test_candidates_carry_leg_ranks_and_outcomes(corpus, issued, route):
     assert explanation.searched == ["handbook"]
     candidates = explanation.candidates
     assert candidates
-    assert {c.document_id for c in candidates} <= {corpus["refunds.md"], corpus["shipping.md"]}
+    visible = {corpus["refunds.md"], corpus["shipping.md"], corpus["returns.md"]}
+    assert {c.document_id for c in candidates} <= visible
     returned = [c for c in candidates if c.outcome == "returned"]
     assert [c.title for c in returned] == [hint["title"] for hint in body["hints"]]
     assert [c.fused_score for c in returned] == [hint["score"] for hint in body["hints"]]
