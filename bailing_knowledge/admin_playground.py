@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
@@ -54,7 +54,9 @@ def _can_view_sessions(request: HttpRequest) -> bool:
     )
 
 
-class PlaygroundForm(forms.Form):
+class PrincipalForm(forms.Form):
+    """Who searches where: a route, and a session or a described principal."""
+
     route = forms.ModelChoiceField(queryset=Route.objects.order_by("route_key"))
     session = forms.CharField(
         required=False,
@@ -65,10 +67,6 @@ class PlaygroundForm(forms.Form):
     tenant = forms.CharField(max_length=128, required=False)
     roles = forms.CharField(required=False, help_text="Comma-separated, e.g. support, billing.")
     audience = forms.CharField(max_length=64, required=False)
-    query = forms.CharField(
-        max_length=constants.SEARCH_MAX_QUERY_CHARS,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
-    )
 
     def __init__(self, *args: Any, can_use_sessions: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -98,7 +96,14 @@ class PlaygroundForm(forms.Form):
         )
 
 
-def _route(form: PlaygroundForm) -> Route:
+class PlaygroundForm(PrincipalForm):
+    query = forms.CharField(
+        max_length=constants.SEARCH_MAX_QUERY_CHARS,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+    )
+
+
+def _route(form: PrincipalForm) -> Route:
     """The route with its knowledge bases loaded once, as the API's route check leaves it."""
     return Route.objects.prefetch_related("knowledge_bases").get(pk=form.cleaned_data["route"].pk)
 
@@ -192,10 +197,7 @@ def read_view(request: HttpRequest, admin_site: admin.AdminSite) -> HttpResponse
     """One page of a hint's document, as the read endpoint would answer it."""
     if not has_playground_permission(request):
         raise PermissionDenied
-    params = QueryDict(mutable=True)
-    params.update({name: request.GET.get(name, "") for name in PRINCIPAL_FIELDS})
-    params["query"] = request.GET.get("query", "") or "-"
-    form = PlaygroundForm(params, can_use_sessions=_can_view_sessions(request))
+    form = PrincipalForm(request.GET, can_use_sessions=_can_view_sessions(request))
     context = _context(request, admin_site, "Read, as the agent would")
     ref = request.GET.get("ref", "")
     if not form.is_valid() or not ref:
