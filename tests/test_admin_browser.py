@@ -95,11 +95,18 @@ def login(browser, live_server, django_user_model):
 
 def capture(browser, folder: Path, name: str) -> Path:
     """A screenshot of the whole page (up to MAX_HEIGHT), WIDTH wide."""
-    height = browser.execute_script("return document.documentElement.scrollHeight")
-    browser.set_window_size(WIDTH, min(max(height, 600), MAX_HEIGHT))
+    WebDriverWait(browser, 10).until(
+        lambda _: browser.execute_script("return document.readyState") == "complete"
+    )
+    height, frame = browser.execute_script(
+        "return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]"
+    )
+    # The window's size counts the browser's frame; the screenshot shows what is inside it.
+    browser.set_window_size(WIDTH, min(max(height, 600), MAX_HEIGHT) + frame)
     target = folder / f"{name}.png"
     browser.save_screenshot(str(target))
     browser.set_window_size(WIDTH, 900)
+    assert target.stat().st_size < 300_000, f"{target.name} is too big for the docs"
     return target
 
 
