@@ -47,6 +47,14 @@ DEFAULTS: dict[str, Any] = {
     "SEARCH_BM25_B": 0.5,
     # Upper bound for one search's SQL, in milliseconds (0 disables it).
     "SEARCH_STATEMENT_TIMEOUT_MS": 2000,
+    # Request bodies: the largest accepted, in bytes, and the deepest nesting of arrays and
+    # objects. Larger or deeper bodies are refused with 400 `invalid_request`.
+    "MAX_BODY_BYTES": 1024 * 1024,
+    "MAX_JSON_DEPTH": 32,
+    # Upper bound, in milliseconds, of the time one agent request waits on PostgreSQL
+    # (connecting, queries, lock waits); past it the answer is 503 `knowledge_unavailable`
+    # and the connection is dropped. 0 disables it.
+    "DATABASE_WAIT_MS": 2500,
     # Upper bound (bytes, JSON-escaped) of the bodies an inline turn carries in `knowledge`.
     "INLINE_MAX_BYTES": 24000,
     # Callable adding instructions, memory, governance or tools to a turn's context:

@@ -9,6 +9,7 @@ body, a token) and nothing internal (SQL, a stack trace) can reach the response.
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -136,16 +137,28 @@ def error_body(error: type[AgentAPIError] | AgentAPIError, reason: str | None = 
     return {"error": error.default_code, "reason": reason or str(error.default_detail)}
 
 
-def _field_errors(detail: Any) -> dict[str, list[str]]:
-    """Flatten DRF's nested validation detail into `{field: [message, ...]}`."""
+def _field_errors(detail: Any) -> dict[str, Any]:
+    """DRF's validation detail as plain JSON: `{field: [message, ...]}`, nested fields nested.
+
+    A nested serializer's errors stay an object (`{"task_binding": {"task_id": [...]}}`); a
+    list's item errors are keyed by the item's index.
+    """
     if isinstance(detail, dict):
-        return {
-            str(field): [str(m) for m in (msgs if isinstance(msgs, list) else [msgs])]
-            for field, msgs in detail.items()
-        }
-    return {
-        "non_field_errors": [str(m) for m in (detail if isinstance(detail, list) else [detail])]
-    }
+        return {str(field): _messages(value) for field, value in detail.items()}
+    return {"non_field_errors": _messages(detail)}
+
+
+def _messages(detail: Any) -> Any:
+    if isinstance(detail, dict):
+        return {str(key): _messages(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        if any(isinstance(item, dict | list) for item in detail):
+            # A list of per-item errors: keep the positions of the items that failed.
+            return {
+                str(index): _messages(item) for index, item in enumerate(detail) if item
+            }
+        return [str(item) for item in detail]
+    return [str(detail)]
 
 
 def _translate(exc: Exception, context: dict[str, Any]) -> tuple[AgentAPIError, dict]:
@@ -173,10 +186,24 @@ def _translate(exc: Exception, context: dict[str, Any]) -> tuple[AgentAPIError, 
     if isinstance(exc, exceptions.NotFound | Http404):
         return NotFound(), extra
     if isinstance(exc, DatabaseError):
-        logger.warning("Knowledge store error in %s", _view_name(context), exc_info=exc)
+        log_database_error(logger, f"Knowledge store error in {_view_name(context)}", exc)
         return KnowledgeUnavailable(), extra
     logger.error("Unhandled error in %s", _view_name(context), exc_info=exc)
     return InternalError(), extra
+
+
+def log_database_error(log: logging.Logger, what: str, exc: BaseException) -> None:
+    """Log a database error by its class, SQLSTATE and place, never by its message.
+
+    PostgreSQL's messages (and their DETAIL and CONTEXT parts) quote the values that failed,
+    which may be what a client sent: a page context, a query, a reference.
+    """
+    cause = exc.__cause__ or exc
+    sqlstate = getattr(cause, "sqlstate", None) or "-"
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "bailing_knowledge" in f.filename] or frames
+    place = f"{ours[-1].filename}:{ours[-1].lineno}" if ours else "-"
+    log.warning("%s: %s (SQLSTATE %s) at %s", what, type(cause).__name__, sqlstate, place)
 
 
 def _view_name(context: dict[str, Any]) -> str:

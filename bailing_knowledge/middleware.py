@@ -14,7 +14,7 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .conf import knowledge_settings
-from .exceptions import InternalError, KnowledgeUnavailable, error_body
+from .exceptions import InternalError, KnowledgeUnavailable, error_body, log_database_error
 
 logger = logging.getLogger("bailing_knowledge")
 
@@ -36,8 +36,12 @@ class NoStoreMiddleware:
         """Replace Django's HTML error page with the JSON error envelope under the prefix."""
         if not self._ours(request):
             return None
-        error = KnowledgeUnavailable if isinstance(exception, DatabaseError) else InternalError
-        logger.error("Unhandled error under the agent API", exc_info=exception)
+        if isinstance(exception, DatabaseError):
+            error: type[KnowledgeUnavailable | InternalError] = KnowledgeUnavailable
+            log_database_error(logger, "Knowledge store error under the agent API", exception)
+        else:
+            error = InternalError
+            logger.error("Unhandled error under the agent API", exc_info=exception)
         response = JsonResponse(error_body(error), status=error.status_code)
         for header, value in error.headers.items():
             response[header] = value

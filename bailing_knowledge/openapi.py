@@ -38,6 +38,8 @@ EXAMPLE_EXTRAS: dict[type[errors.AgentAPIError], dict] = {
 COMMON_ERRORS: dict[int, tuple[type[errors.AgentAPIError], ...]] = {
     401: (errors.Unauthorized,),
     403: (errors.RouteNotAllowed,),
+    # A route key that is not a slug, or an empty run id, matches no endpoint.
+    404: (errors.NotFound,),
     429: (errors.RateLimited,),
     503: (errors.KnowledgeUnavailable,),
 }

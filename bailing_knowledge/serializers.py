@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from . import constants
@@ -16,9 +18,10 @@ class ErrorSerializer(serializers.Serializer):
     error = serializers.CharField(help_text="The wire error code, e.g. `route_not_allowed`.")
     reason = serializers.CharField(help_text="A short, safe explanation for humans.")
     fields = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()),
         required=False,
-        help_text="For `invalid_request`: messages per offending field.",
+        help_text="For `invalid_request`: a list of messages per offending field; the errors "
+        "of a nested object are an object of the same form, those of a list's items an "
+        "object keyed by the item's index.",
     )
 
 
@@ -52,7 +55,17 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 class StrictCharField(serializers.CharField):
-    """A string, and only a string: numbers and booleans are not silently converted."""
+    """A string, and only a string: numbers and booleans are not silently converted.
+
+    Never trimmed: a reference, cursor or identifier is taken exactly as sent. Unless blank
+    is allowed, the schema says `minLength: 1`, as the server does.
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        if not kwargs.get("allow_blank", False):
+            kwargs.setdefault("min_length", 1)
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data: object) -> str:
         if not isinstance(data, str):
@@ -89,8 +102,9 @@ class StrictSerializer(serializers.Serializer):
 class SearchRequestSerializer(StrictSerializer):
     query = StrictCharField(
         max_length=constants.SEARCH_MAX_QUERY_CHARS,
-        trim_whitespace=False,
-        help_text="What to look for; 1 to 2000 characters.",
+        # Also published as the schema's `pattern`: not only whitespace.
+        validators=[RegexValidator(r"\S", message="The query must not be blank.")],
+        help_text="What to look for; 1 to 2000 characters, not all whitespace.",
     )
     limit = StrictIntegerField(
         min_value=1,
@@ -101,11 +115,6 @@ class SearchRequestSerializer(StrictSerializer):
     run_id = StrictCharField(
         max_length=64, required=False, help_text="The current run, when searching within one."
     )
-
-    def validate_query(self, value: str) -> str:
-        if not value.strip():
-            raise serializers.ValidationError("The query must not be blank.")
-        return value
 
 
 class SearchHintSerializer(serializers.Serializer):
@@ -176,25 +185,35 @@ PAGE_CONTEXT_MAX_BYTES = 16384
 
 
 class TaskBindingSerializer(StrictSerializer):
-    schema_version = StrictCharField(help_text=f"`{constants.SCHEMA_TASK_BINDING}`.")
+    schema_version = serializers.ChoiceField(
+        choices=[constants.SCHEMA_TASK_BINDING],
+        error_messages={"invalid_choice": f"Must be {constants.SCHEMA_TASK_BINDING}."},
+    )
     task_id = StrictCharField(max_length=64)
     scope_hash = StrictCharField(max_length=64, help_text="The task's current scope hash.")
 
-    def validate_schema_version(self, value: str) -> str:
-        if value != constants.SCHEMA_TASK_BINDING:
-            raise serializers.ValidationError(f"Must be {constants.SCHEMA_TASK_BINDING}.")
-        return value
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9._-]*$", "maxLength": 64},
+        "maxItems": constants.TURN_MAX_RENDERERS,
+        "uniqueItems": True,
+    }
+)
+class RendererNamesField(serializers.ListField):
+    """Renderer names, published with the rules `validate_renderers` enforces."""
 
 
 class TurnRequestSerializer(StrictSerializer):
     client_conversation_id = StrictCharField(max_length=200)
     client_turn_id = StrictCharField(max_length=200)
     user_message_id = StrictCharField(max_length=200)
-    user_input = StrictCharField(max_length=constants.TURN_MAX_INPUT_CHARS, trim_whitespace=False)
-    page_context = serializers.JSONField(
+    user_input = StrictCharField(max_length=constants.TURN_MAX_INPUT_CHARS)
+    page_context = serializers.DictField(
         required=False, help_text="What the user is looking at (a JSON object, ≤ 16 KB)."
     )
-    renderers = serializers.ListField(
+    renderers = RendererNamesField(
         child=StrictCharField(max_length=64),
         required=False,
         max_length=constants.TURN_MAX_RENDERERS,
@@ -256,10 +275,11 @@ class CompleteRequestSerializer(StrictSerializer):
         default="completed",
         error_messages={"invalid_choice": 'Must be "completed", "failed" or "cancelled".'},
     )
-    content = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
+    content = StrictCharField(required=False, allow_blank=True)
     model = StrictCharField(required=False, allow_blank=True, max_length=200)
-    runtime = serializers.JSONField(required=False)
-    usage = serializers.JSONField(required=False)
+    # Any JSON value; null is the same as leaving the field out.
+    runtime = serializers.JSONField(required=False, allow_null=True)
+    usage = serializers.JSONField(required=False, allow_null=True)
 
 
 class CompleteResponseSerializer(serializers.Serializer):

@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiExample
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import constants, services
 from .authentication import AgentBearerAuthentication
+from .deadline import bounded_database_wait
 from .exceptions import (
     IdempotencyConflict,
     InvalidRequest,
@@ -26,6 +27,7 @@ from .exceptions import (
     exception_handler,
 )
 from .openapi import document, error_responses
+from .parsers import AgentJSONParser
 from .permissions import AgentRoutePermission, IsAgentSession
 from .renderers import AgentJSONRenderer, JSONOnlyNegotiation
 from .serializers import (
@@ -59,12 +61,25 @@ class AgentAPIView(APIView):
     permission_classes = [AgentRoutePermission]
     throttle_classes = [SessionRateThrottle, ClientRateThrottle]
     renderer_classes = [AgentJSONRenderer]
-    parser_classes = [JSONParser]
+    parser_classes = [AgentJSONParser]
     content_negotiation_class = JSONOnlyNegotiation
     schema = AutoSchema()
+    database_deadline = None
 
     def get_exception_handler(self) -> Any:
         return exception_handler
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        # Every database wait of the request, authentication included, shares one budget.
+        with bounded_database_wait() as deadline:
+            self.database_deadline = deadline
+            return super().dispatch(request, *args, **kwargs)
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        if self.database_deadline is not None:
+            # Inside the view's error handling: a failed connect is a JSON 503.
+            self.database_deadline.connect()
+        super().initial(request, *args, **kwargs)
 
     def finalize_response(
         self, request: Request, response: HttpResponse, *args: Any, **kwargs: Any
@@ -215,8 +230,13 @@ def _plain(data: Any) -> Any:
     return data
 
 
+@csrf_exempt
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-    """JSON 404 with `no-store` for any unknown path under the app's URLs."""
+    """JSON 404 with `no-store` for any unknown path under the app's URLs, whatever the method.
+
+    Exempt from CSRF: otherwise a POST to a mistyped path is Django's HTML 403, which clients
+    report as a permissions problem.
+    """
     response = exception_handler(NotFound(), {})
     response.accepted_renderer = AgentJSONRenderer()
     response.accepted_media_type = AgentJSONRenderer.media_type

@@ -22,7 +22,7 @@ from rest_framework.exceptions import ValidationError
 from .. import constants
 from ..budget import cut_to_bytes, escaped_len, fit_search_response
 from ..conf import knowledge_settings
-from ..exceptions import IdempotencyConflict, RouteNotAllowed, RunNotCurrent
+from ..exceptions import IdempotencyConflict, RouteNotAllowed, RunNotCurrent, log_database_error
 from ..models import AgentSession, Document, Route, Run, Task
 from ..permissions import allowed_route
 from .search import find_hits, search_hints, sign_hits
@@ -138,8 +138,8 @@ def prepare_turn_knowledge(
             return TurnKnowledge(status=status, delivery=block)
         status, knowledge, refs = _inline_items(session, route, query, run)
         return TurnKnowledge(status=status, knowledge=knowledge, knowledge_refs=refs)
-    except DatabaseError:
-        logger.warning("Knowledge retrieval failed while preparing a turn", exc_info=True)
+    except DatabaseError as exc:
+        log_database_error(logger, "Knowledge retrieval failed while preparing a turn", exc)
     except Exception:
         logger.exception("Unexpected error while preparing turn knowledge")
     if delivery == Run.Delivery.ON_DEMAND:

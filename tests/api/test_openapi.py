@@ -116,6 +116,11 @@ class Provoker:
                     lambda: call(method, url, body),
                 )
             return call(method, url.replace("order-assistant", "elsewhere"), body)
+        if code == "not_found":
+            # A route key that is not a slug, or an empty run id, matches no endpoint.
+            if "/runs/" in url:
+                return call(method, "/runs//complete", body)
+            return call(method, url.replace("order-assistant", "order assistant"), body)
         if code == "invalid_request":
             return call(method, url, {"unexpected": True})
         if code == "knowledge_reference_invalid":

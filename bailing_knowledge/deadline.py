@@ -1,0 +1,136 @@
+"""A bounded wait on PostgreSQL for each agent request, whatever the server does.
+
+`statement_timeout` and `lock_timeout` are enforced by the server, so a server that is frozen
+(stopped, swapping, behind a dead network path) never fires them, and a request on an open
+connection would wait as long as the server is gone. Here the client keeps the clock: each
+query is armed on one watchdog thread with what is left of the request's budget, and when the
+budget runs out the watchdog shuts the connection's socket down. The blocked query then fails
+at once with a database error, which the views answer with 503 `knowledge_unavailable`, and
+Django discards the broken connection at the end of the request. Connecting is bounded by
+the `connect_timeout` option of the database settings and counted against the same budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
+
+from .conf import knowledge_settings
+
+
+class _Watchdog:
+    """One daemon thread that shuts down the sockets of queries past their deadline."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._armed: dict[int, int] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, fd: int, deadline: float) -> int:
+        with self._lock:
+            key = next(self._ids)
+            self._armed[key] = fd
+            heapq.heappush(self._heap, (deadline, key))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="bailing-knowledge-db-watchdog", daemon=True
+                )
+                self._thread.start()
+            self._lock.notify()
+            return key
+
+    def disarm(self, key: int) -> bool:
+        """False when the watchdog already fired for `key`."""
+        with self._lock:
+            return self._armed.pop(key, None) is not None
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._heap:
+                    self._lock.wait()
+                deadline, key = self._heap[0]
+                now = time.monotonic()
+                if deadline > now:
+                    self._lock.wait(deadline - now)
+                    continue
+                heapq.heappop(self._heap)
+                fd = self._armed.pop(key, None)
+                if fd is not None:
+                    # Under the lock: the query's thread cannot disarm (and then close the
+                    # connection, freeing the descriptor) while its socket is shut down.
+                    _shutdown(fd)
+
+
+def _shutdown(fd: int) -> None:
+    """Make every pending and later read or write on the socket fail; the fd stays open."""
+    with contextlib.suppress(OSError):
+        # fromfd duplicates the descriptor; shutdown acts on the socket both share.
+        sock = socket.fromfd(fd, socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
+
+
+_watchdog = _Watchdog()
+
+
+class DatabaseDeadline:
+    """The remaining database budget of one request, as a Django execute wrapper."""
+
+    def __init__(self, budget_seconds: float, alias: str = DEFAULT_DB_ALIAS) -> None:
+        self.connection = connections[alias]
+        self.remaining = budget_seconds
+
+    def _exhausted(self) -> OperationalError:
+        return OperationalError("The request's database wait budget is exhausted.")
+
+    def connect(self) -> None:
+        """Open the connection now, so that the time it takes counts against the budget."""
+        if self.connection.connection is not None:
+            return
+        started = time.monotonic()
+        try:
+            self.connection.ensure_connection()
+        finally:
+            self.remaining -= time.monotonic() - started
+        if self.remaining <= 0:
+            raise self._exhausted()
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if self.remaining <= 0:
+            raise self._exhausted()
+        started = time.monotonic()
+        key = _watchdog.arm(self.connection.connection.pgconn.socket, started + self.remaining)
+        try:
+            result = execute(sql, params, many, context)
+        finally:
+            fired = not _watchdog.disarm(key)
+            self.remaining -= time.monotonic() - started
+        if fired:
+            # The answer arrived as the socket was shut down: the connection is unusable.
+            raise self._exhausted()
+        return result
+
+
+@contextlib.contextmanager
+def bounded_database_wait(alias: str = DEFAULT_DB_ALIAS) -> Iterator[DatabaseDeadline | None]:
+    """Bound the time spent waiting on the database within the block (`DATABASE_WAIT_MS`)."""
+    budget_ms = int(knowledge_settings.DATABASE_WAIT_MS or 0)
+    if budget_ms <= 0:
+        yield None
+        return
+    deadline = DatabaseDeadline(budget_ms / 1000, alias)
+    with deadline.connection.execute_wrapper(deadline):
+        yield deadline
