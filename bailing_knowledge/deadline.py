@@ -87,34 +87,31 @@ _watchdog = _Watchdog()
 
 
 class DatabaseDeadline:
-    """The remaining database budget of one request, as a Django execute wrapper."""
+    """The remaining database budget of one request.
+
+    Installed as a Django execute wrapper (queries), and over the connection wrapper's own
+    `connect`, `init_connection_state`, `_commit` and `_rollback`, which reach the driver
+    without passing the execute wrappers.
+    """
+
+    _patched = ("connect", "init_connection_state", "_commit", "_rollback")
 
     def __init__(self, budget_seconds: float, alias: str = DEFAULT_DB_ALIAS) -> None:
         self.connection = connections[alias]
         self.remaining = budget_seconds
+        self._connecting: tuple[float, float] | None = None
 
     def _exhausted(self) -> OperationalError:
         return OperationalError("The request's database wait budget is exhausted.")
 
-    def connect(self) -> None:
-        """Open the connection now, so that the time it takes counts against the budget."""
-        if self.connection.connection is not None:
-            return
-        started = time.monotonic()
-        try:
-            self.connection.ensure_connection()
-        finally:
-            self.remaining -= time.monotonic() - started
-        if self.remaining <= 0:
-            raise self._exhausted()
-
-    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    def _guarded(self, operation: Any) -> Any:
+        """Run `operation` on the open connection under what is left of the budget."""
         if self.remaining <= 0:
             raise self._exhausted()
         started = time.monotonic()
         key = _watchdog.arm(self.connection.connection.pgconn.socket, started + self.remaining)
         try:
-            result = execute(sql, params, many, context)
+            result = operation()
         finally:
             fired = not _watchdog.disarm(key)
             self.remaining -= time.monotonic() - started
@@ -122,6 +119,68 @@ class DatabaseDeadline:
             # The answer arrived as the socket was shut down: the connection is unusable.
             raise self._exhausted()
         return result
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        return self._guarded(lambda: execute(sql, params, many, context))
+
+    def _guard_connect(self, connect: Any) -> Any:
+        def guarded() -> Any:
+            # Opening the socket is bounded by the `connect_timeout` option; the time counts.
+            if self.remaining <= 0:
+                raise self._exhausted()
+            started, budget = time.monotonic(), self.remaining
+            self._connecting = (started, budget)
+            try:
+                return connect()
+            finally:
+                self._connecting = None
+                self.remaining = budget - (time.monotonic() - started)
+
+        return guarded
+
+    def _guard_init(self, init: Any) -> Any:
+        def guarded() -> Any:
+            # Django's first queries on a new connection (time zone, role).
+            if self._connecting is not None:
+                started, budget = self._connecting
+                self.remaining = budget - (time.monotonic() - started)
+            return self._guarded(init)
+
+        return guarded
+
+    def _guard_ending(self, end: Any) -> Any:
+        def guarded() -> Any:
+            if self.connection.connection is None:
+                return end()
+            return self._guarded(end)
+
+        return guarded
+
+    def install(self) -> None:
+        connection = self.connection
+        connection.connect = self._guard_connect(connection.connect)
+        connection.init_connection_state = self._guard_init(connection.init_connection_state)
+        connection._commit = self._guard_ending(connection._commit)
+        connection._rollback = self._guard_ending(connection._rollback)
+
+    def uninstall(self) -> None:
+        for name in self._patched:
+            self.connection.__dict__.pop(name, None)
+
+    def connect(self) -> None:
+        """Check or open the connection now, within the budget.
+
+        Django's health check (`CONN_HEALTH_CHECKS`) runs `SELECT 1` past the execute
+        wrappers, so it is run here, guarded, before Django would run it unguarded.
+        """
+        connection = self.connection
+        if connection.connection is not None:
+            with contextlib.suppress(OperationalError):
+                # A check cut short leaves the connection broken; Django then closes it.
+                self._guarded(connection.close_if_health_check_failed)
+        connection.ensure_connection()
+        if self.remaining <= 0:
+            raise self._exhausted()
 
 
 @contextlib.contextmanager
@@ -132,5 +191,9 @@ def bounded_database_wait(alias: str = DEFAULT_DB_ALIAS) -> Iterator[DatabaseDea
         yield None
         return
     deadline = DatabaseDeadline(budget_ms / 1000, alias)
-    with deadline.connection.execute_wrapper(deadline):
-        yield deadline
+    deadline.install()
+    try:
+        with deadline.connection.execute_wrapper(deadline):
+            yield deadline
+    finally:
+        deadline.uninstall()

@@ -25,6 +25,9 @@ SHARED_BUFFERS_ENV = "BAILING_PG_SHARED_BUFFERS"
 # of the chunk table of even 100k chunks: every search would read pages back in.
 DEFAULT_SHARED_BUFFERS = "1GB"
 
+# Seconds; libpq's smallest. Within the app's default database wait budget of 2.5 s.
+DEFAULT_CONNECT_TIMEOUT = "2"
+
 _servers: dict[Path, Any] = {}
 
 
@@ -107,5 +110,7 @@ def database_settings(url: str, **extra: Any) -> dict[str, Any]:
         "PORT": str(params.pop("port", "")),
         "OPTIONS": {key: value for key, value in params.items()},
     }
+    # Connecting is the one database wait the app cannot cut short itself (docs/security.md).
+    config["OPTIONS"].setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
     config.update(extra)
     return config

@@ -13,6 +13,7 @@ import traceback
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -154,9 +155,7 @@ def _messages(detail: Any) -> Any:
     if isinstance(detail, list):
         if any(isinstance(item, dict | list) for item in detail):
             # A list of per-item errors: keep the positions of the items that failed.
-            return {
-                str(index): _messages(item) for index, item in enumerate(detail) if item
-            }
+            return {str(index): _messages(item) for index, item in enumerate(detail) if item}
         return [str(item) for item in detail]
     return [str(detail)]
 
@@ -171,6 +170,9 @@ def _translate(exc: Exception, context: dict[str, Any]) -> tuple[AgentAPIError, 
         # never repeat the submitted value.
         extra["fields"] = _field_errors(exc.detail)
         return InvalidRequest(), extra
+    if isinstance(exc, RequestDataTooBig):
+        # Django's own upload limit, met when something read the body before the parser.
+        return InvalidRequest("The request body is too large."), extra
     if isinstance(exc, exceptions.ParseError | exceptions.UnsupportedMediaType):
         return InvalidRequest("The request body must be a JSON object."), extra
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):

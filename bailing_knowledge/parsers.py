@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser
 
 from .conf import knowledge_settings
 from .exceptions import InvalidRequest
@@ -50,8 +50,14 @@ def check_json_value(data: Any, max_depth: int) -> str | None:
     return None
 
 
-class AgentJSONParser(JSONParser):
-    """Strict JSON with bounded size and depth; every refusal is a 400 `invalid_request`."""
+class AgentJSONParser(BaseParser):
+    """Strict JSON with bounded size and depth; every refusal is a 400 `invalid_request`.
+
+    Not a `JSONParser` subclass on purpose: DRF reads `request.body` whole for those, before
+    the parser could look at the size, and Django then fails the request with a 500.
+    """
+
+    media_type = "application/json"
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         limit = int(knowledge_settings.MAX_BODY_BYTES)

@@ -22,7 +22,10 @@ def test_database_settings_from_a_url():
     assert config["ENGINE"] == "django.db.backends.postgresql"
     assert (config["NAME"], config["USER"], config["PASSWORD"]) == ("knowledge", "user", "secret")
     assert (config["HOST"], config["PORT"]) == ("db.example", "6543")
-    assert config["OPTIONS"] == {"sslmode": "require"}
+    assert config["OPTIONS"] == {"sslmode": "require", "connect_timeout": "2"}
+    assert embedded.database_settings("postgresql://h/db?connect_timeout=9")["OPTIONS"] == {
+        "connect_timeout": "9"
+    }
     assert config["CONN_MAX_AGE"] == 60
 
 
