@@ -22,8 +22,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
+from psycopg import capabilities, generators, waiting
 
 from .conf import knowledge_settings
+
+# How long a cancel request may wait for the server, in a thread of its own.
+CANCEL_TIMEOUT_SECONDS = 5.0
 
 
 class _Watchdog:
@@ -32,14 +36,15 @@ class _Watchdog:
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._heap: list[tuple[float, int]] = []
-        self._armed: dict[int, int] = {}
+        self._armed: dict[int, tuple[Any, int]] = {}
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def arm(self, fd: int, deadline: float) -> int:
+    def arm(self, raw: Any, fd: int, deadline: float) -> int:
+        """Watch the driver connection `raw`, whose socket is `fd`, until `deadline`."""
         with self._lock:
             key = next(self._ids)
-            self._armed[key] = fd
+            self._armed[key] = (raw, fd)
             heapq.heappush(self._heap, (deadline, key))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -65,11 +70,32 @@ class _Watchdog:
                     self._lock.wait(deadline - now)
                     continue
                 heapq.heappop(self._heap)
-                fd = self._armed.pop(key, None)
-                if fd is not None:
+                armed = self._armed.pop(key, None)
+                if armed is not None:
                     # Under the lock: the query's thread cannot disarm (and then close the
                     # connection, freeing the descriptor) while its socket is shut down.
-                    _shutdown(fd)
+                    _cut(*armed)
+
+
+def _cut(raw: Any, fd: int) -> None:
+    """Fail the connection's pending operation now, and ask the server to cancel it."""
+    cancel_conn = None
+    if capabilities.has_cancel_safe():
+        with contextlib.suppress(Exception):
+            cancel_conn = raw.pgconn.cancel_conn()
+    _shutdown(fd)
+    if cancel_conn is not None:
+        # A live server stops the query (a lock wait, a slow plan) instead of finishing it
+        # for nobody; a frozen one never answers, and the attempt gives up.
+        threading.Thread(target=_cancel, args=(cancel_conn,), daemon=True).start()
+
+
+def _cancel(cancel_conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        cancel_conn.start()
+        waiting.wait_conn(generators.cancel(cancel_conn), timeout=CANCEL_TIMEOUT_SECONDS)
+    with contextlib.suppress(Exception):
+        cancel_conn.finish()
 
 
 def _shutdown(fd: int) -> None:
@@ -108,17 +134,26 @@ class DatabaseDeadline:
         """Run `operation` on the open connection under what is left of the budget."""
         if self.remaining <= 0:
             raise self._exhausted()
+        raw = self.connection.connection
+        with self.connection.wrap_database_errors:
+            fd = raw.pgconn.socket
         started = time.monotonic()
-        key = _watchdog.arm(self.connection.connection.pgconn.socket, started + self.remaining)
+        key = _watchdog.arm(raw, fd, started + self.remaining)
         try:
             result = operation()
-        finally:
-            fired = not _watchdog.disarm(key)
-            self.remaining -= time.monotonic() - started
-        if fired:
+        except BaseException as exc:
+            if self._disarm(key, started):
+                raise
+            raise self._exhausted() from exc
+        if not self._disarm(key, started):
             # The answer arrived as the socket was shut down: the connection is unusable.
             raise self._exhausted()
         return result
+
+    def _disarm(self, key: int, started: float) -> bool:
+        """Account for the time spent; False when the watchdog cut the operation short."""
+        self.remaining -= time.monotonic() - started
+        return _watchdog.disarm(key)
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         return self._guarded(lambda: execute(sql, params, many, context))
@@ -174,6 +209,10 @@ class DatabaseDeadline:
         wrappers, so it is run here, guarded, before Django would run it unguarded.
         """
         connection = self.connection
+        raw = connection.connection
+        if raw is not None and (raw.closed or raw.broken):
+            # Left broken by an earlier request (cut short) whose end did not close it.
+            connection.close()
         if connection.connection is not None:
             with contextlib.suppress(OperationalError):
                 # A check cut short leaves the connection broken; Django then closes it.
