@@ -88,18 +88,28 @@ class LiveServer:
         self.url = f"http://127.0.0.1:{self.port}/agent-api/v1"
         self.stdout = (logs / "serve.out").open("w+")
         self.stderr = (logs / "serve.err").open("w")
-        env = {**os.environ, "DATABASE_URL": database.url}
-        env.pop("DJANGO_SETTINGS_MODULE", None)
+        self.env = {**os.environ, "DATABASE_URL": database.url}
+        self.env.pop("DJANGO_SETTINGS_MODULE", None)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.faults.serve", str(self.port)],
             cwd=ROOT,
-            env=env,
+            env=self.env,
             stdout=self.stdout,
             stderr=self.stderr,
         )
-        self.token = self._wait_ready()
+        self.token, self.other_token = self._wait_ready()
 
-    def _wait_ready(self) -> str:
+    def reingest(self, seconds: float) -> subprocess.Popen:
+        """Start re-ingesting every document in a loop for `seconds`, in another process."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.reingest", str(seconds)],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def _wait_ready(self) -> tuple[str, str]:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -107,9 +117,9 @@ class LiveServer:
             self.stdout.seek(0)
             for line in self.stdout:
                 if line.startswith("READY "):
-                    token = json.loads(line[6:])["token"]
+                    tokens = json.loads(line[6:])
                     self._wait_listening()
-                    return token
+                    return tokens["token"], tokens["other_token"]
             time.sleep(0.1)
         raise RuntimeError("the fault server did not start")
 

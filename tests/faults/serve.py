@@ -13,6 +13,25 @@ import os
 import sys
 
 
+def documents(version: int) -> list[tuple[str, str, str]]:
+    """The served documents at `version`: every version mentions refunds everywhere."""
+    docs = [
+        (
+            f"refunds-{number}.md",
+            f"Refunds {number}",
+            f"# Refunds {number} v{version}\n\n"
+            + f"Refunds are paid within {version + 5} business days. " * 40,
+        )
+        for number in range(5)
+    ]
+    sections = "".join(
+        f"## Section {n} v{version}\n\nRefunds policy clause {n}, edition {version}. " * 20 + "\n\n"
+        for n in range(40)
+    )
+    docs.append(("policy.md", "Refund policy", f"# Refund policy\n\n{sections}"))
+    return docs
+
+
 def main(port: int) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.faults.settings")
     import django
@@ -31,15 +50,15 @@ def main(port: int) -> None:
     route = services.create_route("orders", knowledge_bases=[kb])
     client = services.create_client("fault-agent", routes=[route])
     issued = services.issue_session(client, principal_id="u", routes=[route])
-    for number in range(5):
-        upsert_document(
-            kb,
-            f"refunds-{number}.md",
-            f"Refunds {number}",
-            f"# Refunds {number}\n\n" + "Refunds are paid within five business days. " * 40,
-        )
+    # A second identity on a second route: the owner of the foreign refs.
+    other_route = services.create_route("billing", knowledge_bases=[kb])
+    other_client = services.create_client("other-agent", routes=[other_route])
+    other = services.issue_session(other_client, principal_id="v", routes=[other_route])
+    for key, title, body in documents(0):
+        upsert_document(kb, key, title, body)
     connections.close_all()
-    print("READY " + json.dumps({"token": issued.access_token}), flush=True)
+    tokens = {"token": issued.access_token, "other_token": other.access_token}
+    print("READY " + json.dumps(tokens), flush=True)
     WSGIServer.request_queue_size = 64
     run("127.0.0.1", port, get_wsgi_application(), threading=True)
 
