@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 from unittest import mock
 
 import pytest
-from django.db import OperationalError
+from django.db import DataError, OperationalError
 
 from .conftest import assert_error
 
@@ -108,3 +109,24 @@ def test_middleware_leaves_other_paths_alone(client, db):
     response = client.get("/admin/login/")
     assert response.status_code == 200
     assert response.get("Cache-Control", "") != "no-store"
+
+
+def test_database_errors_are_logged_without_what_the_client_sent(agent, route, caplog):
+    marker = "page-context-marker-7f3a"
+    error = DataError(f'invalid input\nDETAIL: Token "{marker}" is invalid.\nCONTEXT: JSON data')
+    body = {
+        "client_conversation_id": "c",
+        "client_turn_id": "t",
+        "user_message_id": "m",
+        "user_input": "refunds",
+        "page_context": {"note": marker},
+    }
+    caplog.set_level(logging.DEBUG, logger="bailing_knowledge")
+    with mock.patch("bailing_knowledge.views.start_turn", side_effect=error):
+        response = agent.post("/workspaces/orders/turns", body)
+    assert_error(response, 503, "knowledge_unavailable", marker)
+    ours = [r for r in caplog.records if r.name == "bailing_knowledge"]
+    assert ours, "the error was not logged"
+    logged = "\n".join(caplog.text.splitlines()) + json.dumps([r.getMessage() for r in ours])
+    assert marker not in logged
+    assert "DataError" in logged
