@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.extensions import (
+    OpenApiAuthenticationExtension,
+    OpenApiSerializerExtension,
+)
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 
@@ -83,3 +86,15 @@ class AgentBearerScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "The agent session's access token (prefix `bka_`).",
         }
+
+
+class StrictRequestScheme(OpenApiSerializerExtension):
+    """Request bodies refuse undeclared fields, so their schema says `additionalProperties:
+    false`: a body the schema accepts is one the server accepts."""
+
+    target_class = "bailing_knowledge.serializers.StrictSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        return {**schema, "additionalProperties": False}

@@ -196,7 +196,13 @@ class TaskBindingSerializer(StrictSerializer):
 @extend_schema_field(
     {
         "type": "array",
-        "items": {"type": "string", "pattern": r"^[a-z0-9][a-z0-9._-]*$", "maxLength": 64},
+        # "No character outside the set", the same in every regex dialect (a `$` would
+        # let a trailing newline through in some).
+        "items": {
+            "type": "string",
+            "pattern": r"^[a-z0-9](?![\s\S]*[^a-z0-9._-])",
+            "maxLength": 64,
+        },
         "maxItems": constants.TURN_MAX_RENDERERS,
         "uniqueItems": True,
     }

@@ -202,3 +202,26 @@ def test_every_documented_example_is_what_the_server_returns(schema, settings):
             assert re.fullmatch(r"ksr_[0-9a-f]{32}", actual.pop("knowledge_scope_revision"))
             value = {k: v for k, v in value.items() if k != "knowledge_scope_revision"}
         assert actual == value, (url, name)
+
+
+def test_the_schema_refuses_what_the_server_refuses(schema):
+    components = schema["components"]["schemas"]
+    non_empty = [
+        ("SearchRequest", "query"),
+        ("SearchRequest", "run_id"),
+        ("ReadRequest", "ref"),
+        ("ReadRequest", "cursor"),
+        ("ReadRequest", "run_id"),
+        ("CompleteRequest", "assistant_message_id"),
+        ("TurnRequest", "client_turn_id"),
+    ]
+    for component, field in non_empty:
+        assert components[component]["properties"][field]["minLength"] == 1, (component, field)
+    assert components["SearchRequest"]["properties"]["query"]["pattern"] == r"\S"
+    page_context = components["TurnRequest"]["properties"]["page_context"]
+    assert page_context["type"] == "object" and not page_context.get("nullable")
+    for name in ["SearchRequest", "ReadRequest", "TurnRequest", "CompleteRequest", "TaskBinding"]:
+        assert components[name]["additionalProperties"] is False, name
+    for url, item in schema["paths"].items():
+        for operation in item.values():
+            assert "404" in operation["responses"], url
