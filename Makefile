@@ -7,7 +7,7 @@ DEMO_ADDR ?= 127.0.0.1:8000
 DATASET ?= ../shared/datasets/nfcorpus
 SCALES ?= 10k,100k
 
-.PHONY: install demo test lint format migrations-check bench bench-quality screenshots clean
+.PHONY: install demo test stress lint format migrations-check bench bench-quality screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ demo: $(STAMP)
 ## The whole test suite, on the embedded PostgreSQL unless DATABASE_URL is set.
 test: $(STAMP)
 	$(PY) -m pytest
+
+## The fault and fuzz suite in its long form (a few minutes): hostile input, forged references,
+## schema fuzzing, a frozen and a restarted database, re-ingestion under load. Prints one line
+## per figure: `STRESS <name> <value> <limit> PASS|FAIL`.
+stress: $(STAMP)
+	BAILING_STRESS=1 $(PY) -m pytest tests/faults -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

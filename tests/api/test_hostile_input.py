@@ -216,7 +216,7 @@ def test_empty_assistant_message_id_is_refused(agent, run_id):
 
 @pytest.fixture
 def chain(agent, kb, route):
-    upsert_document(kb, "refunds.md", "Refunds", "# Refunds\n\n" + "Refunds take days. " * 2000)
+    upsert_document(kb, "refunds.md", "Refunds", "# Refunds\n\n" + "Refunds take days. " * 400)
     hints = json.loads(agent.post(SEARCH, {"query": "refunds"}).content)["hints"]
     ref = hints[0]["ref"]
     page = json.loads(agent.post(READ, {"ref": ref, "max_bytes": 4096}).content)

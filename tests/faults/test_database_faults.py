@@ -145,9 +145,9 @@ def _settle(server) -> None:
 
 def test_a_frozen_database_is_a_fast_503_and_recovers(fault_server, own_database):
     _settle(fault_server)
-    frozen_for = figures.scale(4, 12)
+    frozen_for = figures.scale(3, 12)
     with RequestLoop(fault_server) as loop:
-        time.sleep(1.0)
+        time.sleep(0.5)
         own_database.freeze()
         frozen_at = time.monotonic()
         try:
@@ -155,7 +155,7 @@ def test_a_frozen_database_is_a_fast_503_and_recovers(fault_server, own_database
         finally:
             own_database.thaw()
         resumed = time.monotonic()
-        time.sleep(3.0)
+        time.sleep(figures.scale(2, 5))
     during = [o for o in loop.outcomes if o.started < resumed and o.ended > frozen_at]
     longest = max((o.ended - o.started for o in loop.outcomes), default=0.0)
     recovery = _recovery(loop, resumed)
@@ -174,11 +174,11 @@ def test_a_frozen_database_is_a_fast_503_and_recovers(fault_server, own_database
 def test_an_immediate_stop_and_restart_is_503_then_200(fault_server, own_database):
     _settle(fault_server)
     with RequestLoop(fault_server) as loop:
-        time.sleep(1.0)
+        time.sleep(0.5)
         stopped_at = time.monotonic()
         own_database.pg_ctl("-m", "immediate", "restart")
         resumed = time.monotonic()
-        time.sleep(figures.scale(3, 8))
+        time.sleep(figures.scale(2, 8))
     longest = max((o.ended - o.started for o in loop.outcomes), default=0.0)
     wrong = _wrong_answers(loop.outcomes)
     recovery = _recovery(loop, resumed)

@@ -83,7 +83,7 @@ def test_mutated_foreign_and_swapped_references_are_never_accepted(http, genuine
     rng = random.Random(13)
     tried, accepted, bodies = 0, 0, set()
     statuses: dict[int, int] = {}
-    for _ in range(figures.scale(100, 20000)):
+    for _ in range(figures.scale(200, 10000)):
         body, _kind = _mutations(rng, genuine["ref"], genuine["cursor"], genuine["foreign"])
         response = http.post(READ, json={**body, "max_bytes": 4096})
         tried += 1
@@ -137,7 +137,7 @@ def _hostile_body(rng: random.Random) -> tuple[bytes, str]:
 def test_hostile_bodies_on_every_endpoint_are_json_4xx(fault_server, http):
     rng = random.Random(1013)
     tried, server_errors, not_json = 0, 0, 0
-    for _ in range(figures.scale(60, 3000)):
+    for _ in range(figures.scale(100, 2000)):
         method, path = rng.choice(ENDPOINTS)
         raw, kind = _hostile_body(rng)
         response = http.request(
@@ -170,7 +170,7 @@ def _fuzzed_query(rng: random.Random) -> str:
 def test_fuzzed_searches_and_reads_stay_within_their_budgets(http):
     rng = random.Random(2013)
     tried = over = 0
-    for _ in range(figures.scale(25, 3000)):
+    for _ in range(figures.scale(40, 1500)):
         response = http.post(SEARCH, json={"query": _fuzzed_query(rng), "limit": rng.randint(1, 3)})
         tried += 1
         assert response.status_code == 200, response.text

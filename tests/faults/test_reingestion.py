@@ -127,7 +127,7 @@ class Load:
 
 @pytest.fixture(scope="module")
 def reingestion_load(fault_server):
-    seconds = figures.scale(5, 60)
+    seconds = figures.scale(3, 60)
     reingester = fault_server.reingest(seconds)
     load = Load(fault_server)
     stop = threading.Event()

@@ -181,7 +181,7 @@ def _mutated(operation: Operation) -> st.SearchStrategy:
     ) | JSON_VALUES.filter(lambda value: not isinstance(value, dict))
 
 
-EXAMPLES = figures.scale(15, 400)
+EXAMPLES = figures.scale(25, 300)
 
 
 @pytest.mark.parametrize("name", sorted(OPERATIONS))
