@@ -35,6 +35,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="bailing_knowledge.W001",
             )
         )
+    errors.extend(check_connect_timeout(getattr(settings, "DATABASES", {}).get("default", {})))
     embedders = knowledge_settings.EMBEDDERS
     if not isinstance(embedders, dict) or "default" not in embedders:
         errors.append(
@@ -45,6 +46,29 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         )
     errors.extend(_check_bm25())
     return errors
+
+
+def check_connect_timeout(database: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Connecting is the one database wait the app cannot cut short: it must fit the budget."""
+    budget_ms = knowledge_settings.DATABASE_WAIT_MS or 0
+    if not budget_ms or database.get("ENGINE") != "django.db.backends.postgresql":
+        return []
+    timeout = (database.get("OPTIONS") or {}).get("connect_timeout")
+    try:
+        fits = timeout is not None and 0 < float(timeout) * 1000 <= budget_ms
+    except (TypeError, ValueError):
+        fits = False
+    if fits:
+        return []
+    return [
+        checks.Warning(
+            "The default database has no connect_timeout within "
+            f"{SETTINGS_NAME}['DATABASE_WAIT_MS'] ({budget_ms} ms).",
+            hint="Set DATABASES['default']['OPTIONS']['connect_timeout'] = 2 so that a "
+            "request to an unreachable database fails within the wait budget.",
+            id="bailing_knowledge.W002",
+        )
+    ]
 
 
 def _check_bm25() -> list[checks.CheckMessage]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from bailing_knowledge.checks import check_database, check_settings
+from bailing_knowledge.checks import check_connect_timeout, check_database, check_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -58,3 +58,19 @@ def test_contrib_postgres_is_required(settings):
 def test_missing_no_store_middleware_is_a_warning(settings):
     settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "NoStore" not in m]
     assert "bailing_knowledge.W001" in _ids(check_settings())
+
+
+@pytest.mark.parametrize("timeout", [None, 5, "nope", 0])
+def test_a_connect_timeout_beyond_the_wait_budget_is_a_warning(settings, timeout):
+    options = {} if timeout is None else {"connect_timeout": timeout}
+    database = {"ENGINE": "django.db.backends.postgresql", "OPTIONS": options}
+    assert _ids(check_connect_timeout(database)) == {"bailing_knowledge.W002"}
+    settings.BAILING_KNOWLEDGE = {"DATABASE_WAIT_MS": 0}
+    assert check_connect_timeout(database) == []
+
+
+def test_a_connect_timeout_within_the_budget_passes():
+    options = {"connect_timeout": "2"}
+    assert (
+        check_connect_timeout({"ENGINE": "django.db.backends.postgresql", "OPTIONS": options}) == []
+    )

@@ -69,7 +69,6 @@ DATABASES = {
         CONN_HEALTH_CHECKS=True,
     )
 }
-DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
 
 USE_TZ = True
 TIME_ZONE = "UTC"
