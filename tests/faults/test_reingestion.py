@@ -24,15 +24,11 @@ from . import figures
 SEARCH = "/workspaces/orders/knowledge/search"
 READ = "/workspaces/orders/knowledge/read"
 
-SNAPSHOT_REASON = (
-    "needs the search legs and the validation of their hits to share one snapshot "
-    "(a REPEATABLE READ search transaction), which lands with the search-path change"
-)
-
-
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(strict=True, reason=SNAPSHOT_REASON)
 def test_a_reingestion_between_the_legs_and_validation_is_never_ok_with_nothing():
+    """Deterministic: every document is re-ingested, and committed, right before the hits
+    are validated. Under one snapshot the hits stay valid; were the legs and the validation
+    to read different snapshots, every hit would be dropped as stale."""
     kb = services.create_knowledge_base("handbook")
     route = services.create_route("orders", knowledge_bases=[kb])
     client = services.create_client("acme-agent", routes=[route])
@@ -164,6 +160,5 @@ def test_read_chains_never_mix_revisions_during_reingestion(reingestion_load):
     assert not load.unexpected, load.unexpected[:5]
 
 
-@pytest.mark.xfail(strict=False, reason=SNAPSHOT_REASON + "; rare, so not always seen")
 def test_searches_during_reingestion_are_never_ok_with_nothing(reingestion_load):
     assert reingestion_load.ok_with_nothing == 0
