@@ -60,6 +60,7 @@ DATABASES = {"default": {
     "PORT": os.environ["HOST_DB_PORT"],
     "USER": os.environ["HOST_DB_USER"],
     "PASSWORD": os.environ["HOST_DB_PASSWORD"],
+    "OPTIONS": {"connect_timeout": 2},
 }}
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

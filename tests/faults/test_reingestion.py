@@ -24,6 +24,7 @@ from . import figures
 SEARCH = "/workspaces/orders/knowledge/search"
 READ = "/workspaces/orders/knowledge/read"
 
+
 @pytest.mark.django_db(transaction=True)
 def test_a_reingestion_between_the_legs_and_validation_is_never_ok_with_nothing():
     """Deterministic: every document is re-ingested, and committed, right before the hits
