@@ -51,7 +51,10 @@ class _Watchdog:
                     target=self._run, name="bailing-knowledge-db-watchdog", daemon=True
                 )
                 self._thread.start()
-            self._lock.notify()
+            if self._heap[0][1] == key:
+                # The watchdog sleeps until the earliest deadline; only an earlier one needs
+                # to wake it (most queries of a request share the request's end).
+                self._lock.notify()
             return key
 
     def disarm(self, key: int) -> bool:
@@ -62,8 +65,13 @@ class _Watchdog:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._heap:
+                # Entries of queries that ended are dropped here, not when disarmed: the
+                # watchdog sleeps until the earliest query still running must end.
+                while self._heap and self._heap[0][1] not in self._armed:
+                    heapq.heappop(self._heap)
+                if not self._heap:
                     self._lock.wait()
+                    continue
                 deadline, key = self._heap[0]
                 now = time.monotonic()
                 if deadline > now:
