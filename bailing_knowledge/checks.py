@@ -7,6 +7,7 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
 
 from .conf import SETTINGS_NAME, knowledge_settings
@@ -44,6 +45,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="bailing_knowledge.E003",
             )
         )
+    else:
+        errors.extend(_check_embedders(embedders))
     errors.extend(_check_bm25())
     return errors
 
@@ -69,6 +72,34 @@ def check_connect_timeout(database: dict[str, Any]) -> list[checks.CheckMessage]
             id="bailing_knowledge.W002",
         )
     ]
+
+
+def _check_embedders(embedders: dict[str, Any]) -> list[checks.CheckMessage]:
+    """Each alias names an importable backend whose optional package is installed.
+
+    Nothing is built here (no model is loaded): a missing extra is found by name, so that it
+    fails the start-up rather than the first search.
+    """
+    from .retrieval.embedders import backend_class
+
+    errors: list[checks.CheckMessage] = []
+    for alias in sorted(embedders):
+        try:
+            backend = backend_class(alias)
+        except ImproperlyConfigured as exc:
+            errors.append(checks.Error(str(exc), id="bailing_knowledge.E007"))
+            continue
+        missing = backend.missing_requirement()
+        if missing:
+            errors.append(
+                checks.Error(
+                    f"{SETTINGS_NAME}['EMBEDDERS'][{alias!r}] uses {backend.__name__}, whose "
+                    "package is not installed.",
+                    hint=missing,
+                    id="bailing_knowledge.E008",
+                )
+            )
+    return errors
 
 
 def _check_bm25() -> list[checks.CheckMessage]:

@@ -124,15 +124,9 @@ class SearchResult:
 
 
 def fusion_weight(alias: str) -> float:
-    """A vector leg's weight in the fusion, relative to the lexical leg's 1.0.
-
-    `FUSION_WEIGHT` in the embedder's entry of `EMBEDDERS`; by default the backend's own
-    `fusion_weight` (trained models 1.0; the hashing embedder less, being a weaker signal).
-    """
-    config = knowledge_settings.EMBEDDERS.get(alias, {})
-    if "FUSION_WEIGHT" in config:
-        return float(config["FUSION_WEIGHT"])
-    return float(getattr(get_embedder(alias), "fusion_weight", 1.0))
+    """A vector leg's weight in the fusion, relative to the lexical leg's 1.0: the embedder's
+    own, which `FUSION_WEIGHT` in its settings entry replaces (validated when it is built)."""
+    return get_embedder(alias).fusion_weight
 
 
 class _LegTimedOut(Exception):
