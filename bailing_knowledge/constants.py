@@ -50,5 +50,7 @@ SESSION_ID_PREFIX: Final = "ses_"
 RUN_ID_PREFIX: Final = "run_"
 TASK_ID_PREFIX: Final = "task_"
 
-# The dimension the shipped HNSW index covers (the default embedder's output size).
+# The default embedder's output size, whose HNSW index the vector leg names in its SQL.
 INDEXED_EMBEDDING_DIMENSIONS: Final = 384
+# The vector sizes the migrations give an HNSW index: the hashing embedder's and WordLlama's.
+HNSW_EMBEDDING_DIMENSIONS: Final = (256, INDEXED_EMBEDDING_DIMENSIONS)

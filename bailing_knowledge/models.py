@@ -20,6 +20,7 @@ from django.utils import timezone
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
 from . import constants
+from .database import hnsw_parameters
 
 
 def _public_id(prefix: str) -> str:
@@ -313,6 +314,28 @@ class Document(models.Model):
         return self.source_key
 
 
+def vector_index(dimensions: int) -> HnswIndex:
+    """The partial HNSW index over the chunks of one vector size.
+
+    Half precision: at 100k chunks of 384 dimensions, with the sparser graph of that size
+    (`database.hnsw_parameters`), the database's cost of inserting a chunk fell from 3.9 ms
+    (full precision, m 16, ef_construction 64) to 1.6 ms, and a higher `SEARCH_EF_SEARCH`
+    (128) keeps recall and query latency about where they were (docs/performance.md).
+    Searches order by this exact expression but return full-precision distances.
+    """
+    m, ef_construction = hnsw_parameters(dimensions)
+    return HnswIndex(
+        OpClass(
+            Cast("embedding", HalfVectorField(dimensions=dimensions)),
+            name="halfvec_cosine_ops",
+        ),
+        name=f"bk_chunk_embedding_hnsw_{dimensions}",
+        m=m,
+        ef_construction=ef_construction,
+        condition=Q(embedding_dimensions=dimensions),
+    )
+
+
 class Chunk(models.Model):
     """A piece of one document revision, with its vector and lexical index entries.
 
@@ -341,24 +364,9 @@ class Chunk(models.Model):
         ordering = ["document", "revision", "ordinal"]
         indexes = [
             models.Index(fields=["document", "revision"], name="bk_chunk_doc_revision"),
-            # Half precision and a sparser graph (m 8, ef_construction 32): at 100k chunks
-            # the database's cost of inserting a chunk fell from 3.9 ms (full precision,
-            # m 16, ef_construction 64) to 1.6 ms, and a higher `SEARCH_EF_SEARCH` (128)
-            # keeps recall and query latency about where they were (docs/performance.md).
-            # Searches order by this exact expression but return full-precision distances.
-            HnswIndex(
-                OpClass(
-                    Cast(
-                        "embedding",
-                        HalfVectorField(dimensions=constants.INDEXED_EMBEDDING_DIMENSIONS),
-                    ),
-                    name="halfvec_cosine_ops",
-                ),
-                name="bk_chunk_embedding_hnsw_384",
-                m=8,
-                ef_construction=32,
-                condition=Q(embedding_dimensions=constants.INDEXED_EMBEDDING_DIMENSIONS),
-            ),
+            # One HNSW index per shipped embedder size (hashing 384, WordLlama 256); other
+            # sizes get theirs from `manage.py knowledge_vector_index`.
+            *(vector_index(size) for size in constants.HNSW_EMBEDDING_DIMENSIONS),
             # Rows written go to the index's pending list first, which every lookup scans;
             # a small list keeps searches after an ingestion as fast as before it
             # (migration 0007).
