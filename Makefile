@@ -6,8 +6,11 @@ STAMP := $(VENV)/.installed
 DEMO_ADDR ?= 127.0.0.1:8000
 DATASET ?= ../shared/datasets/nfcorpus
 SCALES ?= 10k,100k
+# The embedder of `make bench-quality`: empty for the settings' default (hashing), or
+# wordllama, hashing, or a backend's dotted path.
+EMBEDDER ?=
 
-.PHONY: install demo test stress lint format migrations-check bench bench-quality screenshots clean
+.PHONY: install demo test stress lint format migrations-check bench bench-quality bench-embedders screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,8 +49,13 @@ bench: $(STAMP)
 
 ## Retrieval quality (nDCG@10, QUALITY lines) of lexical, vector and hybrid search on a BEIR
 ## set, and the lexical leg's exactness against an exhaustive BM25 (a TARGET line).
+## EMBEDDER=wordllama runs it with the WordLlama embedder.
 bench-quality: $(STAMP)
-	$(PY) -m benchmarks.quality $(DATASET)
+	$(PY) -m benchmarks.quality $(DATASET) $(if $(EMBEDDER),--embedder $(EMBEDDER))
+
+## Load time, chunks/s, query latency and memory of the local embedders (hashing, WordLlama).
+bench-embedders: $(STAMP)
+	$(PY) -m benchmarks.embedding $(DATASET)
 
 ## The admin in headless Chromium at 1400 px: the lists must fit the window, and the
 ## screenshots in docs/images are taken again. Skipped when Chromium or ChromeDriver is absent

@@ -49,6 +49,7 @@ from .common import (
     use_database,
     write_json,
 )
+from .embedding import query_embedding_target
 from .stack import (
     FLOOR,
     LEXICAL_STEPS,
@@ -1019,6 +1020,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     lap("total_s", started)
     results["timings"] = timings
     found = targets(results)
+    embedding = query_embedding_target()  # WordLlama's, when its extra is installed
+    if embedding is not None:
+        found.append(embedding)
     results["targets"] = [target.as_dict() for target in found]
     path = write_json("perf.json", results)
     print(f"\ntimings (s): {timings}")

@@ -4,20 +4,22 @@ The corpus is loaded into a fresh knowledge base in its own benchmark database, 
 document per corpus entry (title and text, through `upsert_documents`). Every test query is
 then run through `HybridSearch` directly (the HTTP endpoint returns at most 3 hints) with one
 hit per document and ten documents, in three configurations: lexical only, vector only
-(the default hashing embedder) and hybrid. A document's score is its best chunk's.
+and hybrid. The embedder is the settings' `default` one (the hashing embedder), or the one
+`--embedder` names (`wordllama`, `hashing`, or a backend's dotted path). A document's score
+is its best chunk's.
 
 Metrics, averaged over all test queries (a query without hits scores 0): nDCG@10 with the
 graded relevance as gain, Recall@3 and Recall@10. Then the lexical leg's exactness: whether
 its top 10 (`lexical.lexical_ranking`, as search runs it) is the top 10 of an exhaustive
 BM25 (`lexical.exhaustive_ranking`) for each test query. Then variants, one knob at a time
-and a few combinations: settings through `override_settings(BAILING_KNOWLEDGE=...)`
-(candidates, similarity floor, ef_search, BM25's k1 and b, the vector leg's
-`FUSION_WEIGHT`), the RRF constant by patching `hybrid.RRF_K` in this process, and the KB
-re-indexed in the `simple` language (no stemming, no stopwords) and back.
+and a few combinations: settings merged over the run's ones (candidates, similarity floor,
+ef_search, BM25's k1 and b, the vector leg's `FUSION_WEIGHT` for the run's embedder), the
+RRF constant by patching `hybrid.RRF_K` in this process, and the KB re-indexed in the
+`simple` language (no stemming, no stopwords) and back.
 
-The run ends with `QUALITY <dataset> <leg> ndcg@10=<x>` for each leg and the exactness
-target as `TARGET lexical_top10_exact_<dataset> <fraction> 0.95 PASS|FAIL`.
-Results go to `.data/bench/quality-<dataset>.json`.
+The run ends with `QUALITY <dataset> <leg> ndcg@10=<x> embedder=<model name>` for each leg and
+the exactness target as `TARGET lexical_top10_exact_<dataset> <fraction> 0.95 PASS|FAIL`.
+Results go to `.data/bench/quality-<dataset>[-<embedder>].json`.
 """
 
 from __future__ import annotations
@@ -271,9 +273,13 @@ def lexical_exactness(evaluator: Evaluator) -> dict[str, Any] | None:
 
 @contextlib.contextmanager
 def knowledge_settings(**overrides: Any) -> Iterator[None]:
+    """`overrides` merged over the current `BAILING_KNOWLEDGE`, not replacing it: a variant
+    changes one knob and keeps the run's embedder."""
+    from django.conf import settings
     from django.test import override_settings
 
-    with override_settings(BAILING_KNOWLEDGE=overrides):
+    current = getattr(settings, "BAILING_KNOWLEDGE", None) or {}
+    with override_settings(BAILING_KNOWLEDGE={**current, **overrides}):
         yield
 
 
@@ -290,14 +296,36 @@ def rrf_k(value: int) -> Iterator[None]:
 
 
 def vector_weight(weight: float) -> dict[str, Any]:
-    """`EMBEDDERS` with the default hashing embedder at fusion weight `weight`."""
-    return {
-        "default": {
-            "BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder",
-            "OPTIONS": {},
-            "FUSION_WEIGHT": weight,
-        }
-    }
+    """`EMBEDDERS` as configured, with the `default` embedder at fusion weight `weight`."""
+    from bailing_knowledge.conf import knowledge_settings as current
+
+    embedders = dict(current.EMBEDDERS)
+    embedders["default"] = {**embedders["default"], "FUSION_WEIGHT": weight}
+    return embedders
+
+
+# `--embedder` short names.
+EMBEDDERS = {
+    "hashing": "bailing_knowledge.retrieval.embedders.HashingEmbedder",
+    "wordllama": "bailing_knowledge.retrieval.embedders.WordLlamaEmbedder",
+}
+# The fusion weights the variants try for the run's embedder.
+FUSION_WEIGHTS = (0.05, 0.1, 0.25, 0.35, 0.5, 0.75, 1.0)
+
+
+def use_embedder(name: str | None) -> str:
+    """Make `name` the `default` embedder for the whole run; returns a short label for it."""
+    if not name:
+        return ""
+    from django.conf import settings
+    from django.test import override_settings
+
+    backend = EMBEDDERS.get(name, name)
+    current = getattr(settings, "BAILING_KNOWLEDGE", None) or {}
+    override_settings(
+        BAILING_KNOWLEDGE={**current, "EMBEDDERS": {"default": {"BACKEND": backend}}}
+    ).enable()
+    return re.sub(r"[^a-z0-9]+", "-", name.rsplit(".", 1)[-1].lower()).strip("-")
 
 
 @contextlib.contextmanager
@@ -346,9 +374,10 @@ def variants(evaluator: Evaluator) -> tuple[list[Variant], list[str]]:
         ("RRF k 5", lambda: rrf_k(5), ("hybrid",)),
         ("RRF k 30", lambda: rrf_k(30), ("hybrid",)),
         ("RRF k 60", lambda: rrf_k(60), ("hybrid",)),
-        ("vector FUSION_WEIGHT 1.0", settings(EMBEDDERS=vector_weight(1.0)), ("hybrid",)),
-        ("vector FUSION_WEIGHT 0.5", settings(EMBEDDERS=vector_weight(0.5)), ("hybrid",)),
-        ("vector FUSION_WEIGHT 0.25", settings(EMBEDDERS=vector_weight(0.25)), ("hybrid",)),
+        *(
+            (f"vector FUSION_WEIGHT {w}", settings(EMBEDDERS=vector_weight(w)), ("hybrid",))
+            for w in FUSION_WEIGHTS
+        ),
         ("SEARCH_EF_SEARCH 200", settings(SEARCH_EF_SEARCH=200), ("vector only", "hybrid")),
         (
             "SEARCH_EF_SEARCH 1000 (near exact)",
@@ -416,6 +445,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Retrieval quality on a BEIR data set.")
     parser.add_argument("dataset", type=Path)
     parser.add_argument("--limit", type=int, help="only the first N test queries")
+    parser.add_argument(
+        "--embedder",
+        help="the default embedder for the run: hashing, wordllama or a backend's dotted path",
+    )
     parser.add_argument("--no-variants", action="store_true", help="skip the variants")
     parser.add_argument(
         "--variant-limit",
@@ -426,11 +459,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     setup_django()
+    run_label = use_embedder(args.embedder)
+    from bailing_knowledge.retrieval.embedders import get_embedder
+
+    embedder = get_embedder("default")
 
     data = load_beir(args.dataset)
     name = data.name
     dbname = "bench_quality_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
     heading(f"{name}: {len(data.corpus):,} documents, {len(data.qrels):,} test queries")
+    print(f"embedder: {embedder.model_name}, fusion weight {embedder.fusion_weight}")
     load = load_corpus(data, dbname)
     print(
         f"loaded into {dbname} through upsert_documents: {load['chunks']:,} chunks in "
@@ -442,6 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "queries": len(evaluator.query_ids),
         "load": load,
         "code": code_version(),
+        "embedder": {"model_name": embedder.model_name, "fusion_weight": embedder.fusion_weight},
         "configs": {},
     }
     for label, config in CONFIGS.items():
@@ -556,11 +595,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for config in configs.values():
         del config["per_query_ndcg"]
     results["seconds"] = round(time.perf_counter() - started, 1)
-    path = write_json(f"quality-{name}.json", results)
+    path = write_json(f"quality-{name}{'-' + run_label if run_label else ''}.json", results)
     print(f"total {results['seconds']} s; results in .data/bench/{path.name}")
     heading("Summary")
     for leg, config in LEGS.items():
-        print(f"QUALITY {name} {leg} ndcg@10={configs[config]['ndcg_at_10']:.4f}")
+        print(
+            f"QUALITY {name} {leg} ndcg@10={configs[config]['ndcg_at_10']:.4f} "
+            f"embedder={embedder.model_name}"
+        )
     if exactness is None:
         print("(lexical exactness target skipped: no bailing_knowledge.retrieval.lexical)")
     else:
