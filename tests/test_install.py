@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from io import StringIO
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from django.conf import settings
@@ -261,3 +265,64 @@ def test_the_demo_seeds_idempotently_and_prints_credentials(tmp_path, scratch_da
     tokens = [line for out in outputs for line in out.splitlines() if "ACCESS_TOKEN=" in line]
     assert len(set(tokens)) == 2
     assert (tmp_path / "password").read_text().strip() in outputs[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_the_demo_serves_and_finds_a_paraphrase_with_wordllama(tmp_path, scratch_database):
+    """`make demo` end to end: the example project's embedder is WordLlama, so a query that
+    shares no word with the refund policy ("money back") finds it first, over real HTTP."""
+    pytest.importorskip("wordllama")
+    db = _admin_conninfo()
+    host = db["host"] or "localhost"
+    url = f"postgresql://{db['user'] or ''}@/{scratch_database}?host={host}"
+    if db["port"]:
+        url += f"&port={db['port']}"
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        "DATABASE_URL": url,
+        "DEMO_ADMIN_PASSWORD_FILE": str(tmp_path / "password"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    manage = Path(__file__).resolve().parent.parent / "example_project" / "manage.py"
+    addr = f"127.0.0.1:{_free_port()}"
+    log = tmp_path / "demo.log"
+    with log.open("w") as output:
+        server = subprocess.Popen(
+            [sys.executable, str(manage), "demo", "--addr", addr],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        search = f"http://{addr}/agent-api/v1/workspaces/demo/knowledge/search"
+        deadline = time.monotonic() + 240
+        token = None
+        answer = None
+        while answer is None:
+            assert server.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+            found = re.search(r"BAILING_ACCESS_TOKEN=(\S+)", log.read_text())
+            if token is None and found is None:
+                continue
+            token = found.group(1)
+            try:
+                answer = httpx.post(
+                    search,
+                    json={"query": "money back"},
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=10,
+                )
+            except httpx.TransportError:
+                continue  # not listening yet
+        assert answer.status_code == 200, answer.text
+        hints = answer.json()["hints"]
+        assert hints[0]["title"] == "Refund policy", hints
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -75,7 +75,14 @@ TIME_ZONE = "UTC"
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-BAILING_KNOWLEDGE: dict = {}
+# WordLlama (the `wordllama` extra, which the `demo` and `dev` extras install): semantic
+# search offline, with weights that ship inside the package. Without that extra, leave
+# EMBEDDERS out to get the dependency-free hashing embedder.
+BAILING_KNOWLEDGE: dict = {
+    "EMBEDDERS": {
+        "default": {"BACKEND": "bailing_knowledge.retrieval.embedders.WordLlamaEmbedder"},
+    },
+}
 
 # The OpenAPI schema of the agent API, and a browsable UI for it.
 INSTALLED_APPS += ["drf_spectacular"]

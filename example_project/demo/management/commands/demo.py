@@ -17,9 +17,10 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from bailing_knowledge import services
-from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.ingestion.documents import reindex_knowledge_base, upsert_document
 from bailing_knowledge.ingestion.loaders import discover, load_file
-from bailing_knowledge.models import AgentSession, Client, KnowledgeBase, Route
+from bailing_knowledge.models import AgentSession, Chunk, Client, KnowledgeBase, Route
+from bailing_knowledge.retrieval.embedders import get_embedder
 
 ROUTE_KEY = "demo"
 KB_SLUG = "handbook"
@@ -69,7 +70,7 @@ class Command(BaseCommand):
         out("Try it (in another terminal):")
         auth = shlex.quote("Authorization: Bearer " + token)
         out(f"  curl -s -H {auth} {capabilities}")
-        query = shlex.quote('{"query": "how long do refunds take"}')
+        query = shlex.quote('{"query": "how do I get my money back"}')
         out(f"  curl -s -H {auth} -H 'Content-Type: application/json' -d {query} {search}")
         out("")
         out(f"Admin: {hub}/admin/  {password_note}")
@@ -89,6 +90,10 @@ class Command(BaseCommand):
         client = Client.objects.filter(app_id=APP_ID).first() or services.create_client(
             APP_ID, name="Demo agent", routes=[route]
         )
+        # Vectors of another size come from an earlier embedder setting: embed them again.
+        chunks = Chunk.objects.filter(knowledge_base=kb)
+        if chunks.exclude(embedding_dimensions=get_embedder(kb.embedder).dimensions).exists():
+            reindex_knowledge_base(kb)
         for item in discover([KNOWLEDGE_DIR]):
             loaded = load_file(item.path, source_key=item.source_key)
             upsert_document(kb, item.source_key, loaded.title, loaded.body, loaded.metadata)
