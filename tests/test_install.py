@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 import uuid
+from importlib import metadata
 from io import StringIO
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from psycopg import sql
 
 from bailing_knowledge.database import PGVECTOR_MISSING, database_problems
@@ -326,3 +329,30 @@ def test_the_demo_serves_and_finds_a_paraphrase_with_wordllama(tmp_path, scratch
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def _base_requirements(distribution: str, seen: set[str]) -> set[str]:
+    """The installed distributions `distribution` pulls in without any extra, recursively."""
+    name = canonicalize_name(distribution)
+    if name in seen:
+        return seen
+    seen.add(name)
+    try:
+        requires = metadata.requires(distribution) or []
+    except metadata.PackageNotFoundError:
+        return seen
+    for line in requires:
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            _base_requirements(requirement.name, seen)
+    return seen
+
+
+def test_installing_without_extras_brings_no_numpy_and_no_model():
+    """`pip install bailing-knowledge`: the embedders beyond hashing are opt-in extras."""
+    base = _base_requirements("bailing-knowledge", set())
+    assert {"django", "psycopg", "pgvector"} <= base
+    heavy = {"numpy", "wordllama", "tokenizers", "safetensors", "torch", "sentence-transformers"}
+    assert not base & heavy
+    extras = metadata.metadata("bailing-knowledge").get_all("Provides-Extra")
+    assert {"wordllama", "demo", "dev"} <= {canonicalize_name(extra) for extra in extras}
