@@ -68,11 +68,11 @@ class CreateVectorExtension(CreateExtension):
 
 #: pgvector's HNSW limit for ``halfvec``.
 HNSW_MAX_DIMENSIONS = 4000
-#: The graph of the hashing embedder's size is sparser (m 8, ef_construction 32): its nearly
-#: uniform vectors lose no recall there, and inserting a chunk costs less than half as much.
-#: Other sizes get pgvector's defaults, m 16 and ef_construction 64: on NFCorpus, WordLlama's
-#: vector leg scored nDCG@10 0.244 through an m 8 graph and 0.252, the exact scan's figure,
-#: through an m 16 one (docs/embedders.md).
+#: The graph of the hashing embedder's size is sparser (m 8, ef_construction 32), which made
+#: inserting a chunk cheaper without losing recall on its nearly uniform vectors
+#: (docs/performance.md). Other sizes get pgvector's defaults, m 16 and ef_construction 64:
+#: on NFCorpus, WordLlama's vector leg scored nDCG@10 0.244 through an m 8 graph and 0.252,
+#: the exact scan's figure, through an m 16 one (docs/embedders.md).
 HNSW_SPARSE_DIMENSIONS = 384
 
 

@@ -74,3 +74,12 @@ def test_a_connect_timeout_within_the_budget_passes():
     assert (
         check_connect_timeout({"ENGINE": "django.db.backends.postgresql", "OPTIONS": options}) == []
     )
+
+
+def test_an_embedder_that_cannot_be_imported_fails_the_start_up():
+    with override_settings(
+        BAILING_KNOWLEDGE={"EMBEDDERS": {"default": {"BACKEND": "no.such.Embedder"}}}
+    ):
+        [error] = check_settings()
+    assert error.id == "bailing_knowledge.E007"
+    assert "no.such.Embedder" in error.msg

@@ -93,3 +93,20 @@ def test_sentence_transformers_real_model():
     )
     assert math.isclose(norm(q), 1.0, rel_tol=1e-5)
     assert dot(q, similar) > dot(q, unrelated)
+
+
+def test_the_system_check_names_the_extra(settings, monkeypatch):
+    from bailing_knowledge.checks import check_settings
+
+    backend = "bailing_knowledge.retrieval.embedders.SentenceTransformerEmbedder"
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {
+            "default": {"BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder"},
+            "local": {"BACKEND": backend, "OPTIONS": {"MODEL": "all-MiniLM-L6-v2"}},
+        }
+    }
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # not installed
+    [error] = check_settings()
+    assert error.id == "bailing_knowledge.E008"
+    assert "'local'" in error.msg
+    assert error.hint == "pip install 'bailing-knowledge[sentence-transformers]'"
