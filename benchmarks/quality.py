@@ -310,7 +310,7 @@ EMBEDDERS = {
     "wordllama": "bailing_knowledge.retrieval.embedders.WordLlamaEmbedder",
 }
 # The fusion weights the variants try for the run's embedder.
-FUSION_WEIGHTS = (0.05, 0.1, 0.25, 0.35, 0.5, 0.75, 1.0)
+FUSION_WEIGHTS = (0.03, 0.05, 0.1, 0.25, 0.35, 0.5, 0.75, 1.0)
 
 
 def use_embedder(name: str | None) -> str:

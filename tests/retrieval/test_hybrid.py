@@ -256,7 +256,7 @@ def test_fusion_weight_comes_from_the_embedder_or_its_settings(settings):
 
     from bailing_knowledge.retrieval.embedders import get_embedder
 
-    assert hybrid.fusion_weight("default") == 0.05
+    assert hybrid.fusion_weight("default") == 0.03
     backend = "bailing_knowledge.retrieval.embedders.HashingEmbedder"
     settings.BAILING_KNOWLEDGE = {
         "EMBEDDERS": {"default": {"BACKEND": backend, "FUSION_WEIGHT": 2}}
