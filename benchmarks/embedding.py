@@ -10,6 +10,10 @@ memory does not count for the next.
 It ends with `TARGET query_embedding_p50_ms <ms> 1 PASS|FAIL`, for WordLlama: embedding the
 query must add at most a millisecond to a search. `make bench` prints the same line
 (`query_embedding_target`), measured on the built-in queries below.
+
+`--vector-chunks 100000` also builds (or reuses) `bench_wordllama_100k`, the benchmark corpus
+of `make bench` embedded by WordLlama (its 256-dimension HNSW index maintained while loading),
+and times the vector leg's SQL as a search runs it, against an exact scan of the same rows.
 """
 
 from __future__ import annotations
@@ -122,6 +126,66 @@ def query_embedding_target() -> Target | None:
     return Target("query_embedding_p50_ms", statistics.median(times), QUERY_TARGET_MS, decimals=4)
 
 
+def vector_leg(dataset: Path, chunks: int, rounds: int = 2) -> dict[str, Any]:
+    """The vector leg's SQL over `chunks` WordLlama chunks: p50 and p95 through the HNSW
+    index (NFCorpus test queries, `rounds` passes), and an exact scan for comparison."""
+    from . import build, quality
+
+    quality.use_embedder("wordllama")
+    name = f"bench_wordllama_{chunks // 1000}k"
+    facts = build.ensure_scale_database(name, chunks, dataset)
+    from django.db import connection, transaction
+
+    from bailing_knowledge.database import vector_index_name
+    from bailing_knowledge.models import KnowledgeBase
+    from bailing_knowledge.retrieval import hybrid
+    from bailing_knowledge.retrieval.embedders import get_embedder
+    from bailing_knowledge.retrieval.session import configure_search
+    from bailing_knowledge.retrieval.visibility import Visibility
+
+    kb = KnowledgeBase.objects.get(slug=build.KB_SLUG)
+    embedder = get_embedder()
+    sql = hybrid._VECTOR_OTHER.format(dimensions=embedder.dimensions)
+    data = load_beir(dataset)
+
+    def params(query: str) -> dict[str, Any]:
+        literal = "[" + ",".join(f"{x:.7g}" for x in embedder.embed_query(query)) + "]"
+        return {**Visibility().params([kb.pk]), "vector": literal, "limit": 40, "max_distance": 0.8}
+
+    prepared = [params(data.queries[query_id]) for query_id in sorted(data.qrels)]
+
+    def timed(statements: Sequence[dict[str, Any]], *, exact: bool = False) -> list[float]:
+        times = []
+        with transaction.atomic(), connection.cursor() as cursor:
+            if exact:
+                cursor.execute(f"DROP INDEX {vector_index_name(embedder.dimensions)}")
+            for statement in statements:
+                with transaction.atomic():
+                    configure_search(cursor)
+                    start = time.perf_counter()
+                    cursor.execute(sql, statement)
+                    cursor.fetchall()
+                    times.append((time.perf_counter() - start) * 1000)
+            transaction.set_rollback(True)  # the index stays
+        return times
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        configure_search(cursor)
+        cursor.execute("EXPLAIN " + sql, prepared[0])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    indexed = timed(prepared * rounds)
+    exact = timed(prepared[:20], exact=True)
+    return {
+        "database": name,
+        "chunks": facts.get("total_chunks"),
+        "build_s": facts.get("build_s"),
+        "index_used": vector_index_name(embedder.dimensions) in plan,
+        "vector_sql_p50_ms": round(statistics.median(indexed), 2),
+        "vector_sql_p95_ms": round(percentile(indexed, 0.95), 2),
+        "exact_scan_p50_ms": round(statistics.median(exact), 1),
+    }
+
+
 def corpus(dataset: Path | None, limit: int) -> tuple[list[str], list[str]]:
     """Chunk-sized texts and test queries of a BEIR data set, or the built-in queries."""
     if dataset is None:
@@ -137,6 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("dataset", type=Path, nargs="?", help="a BEIR data set's folder")
     parser.add_argument("--limit", type=int, default=3000, help="corpus texts to embed")
     parser.add_argument("--backend", choices=sorted(BACKENDS), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--vector-chunks",
+        type=int,
+        help="also time WordLlama's vector leg over this many chunks (needs the data set)",
+    )
     args = parser.parse_args(argv)
     texts, queries = corpus(args.dataset, args.limit)
     if args.backend:  # the child process: one backend, JSON on stdout
@@ -172,6 +241,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for r in results["backends"].values()
         ],
     )
+    if args.vector_chunks and args.dataset and "wordllama" in results["backends"]:
+        setup_django()
+        leg = results["vector_leg"] = vector_leg(args.dataset, args.vector_chunks)
+        heading(f"WordLlama's vector leg over {leg['chunks']:,} chunks (SQL, ms)")
+        print_table(
+            ["index used", "p50", "p95", "exact scan p50"],
+            [[leg["index_used"], leg["vector_sql_p50_ms"], leg["vector_sql_p95_ms"],
+              leg["exact_scan_p50_ms"]]],
+        )  # fmt: skip
     path = write_json("embedders.json", results)
     print(f"results in .data/bench/{path.name}")
     wordllama = results["backends"].get("wordllama")
