@@ -70,7 +70,7 @@ class CreateVectorExtension(CreateExtension):
 HNSW_MAX_DIMENSIONS = 4000
 #: The graph of the hashing embedder's size is sparser (m 8, ef_construction 32), which makes
 #: inserting a chunk cheaper (docs/performance.md). It costs that embedder's vector leg recall
-#: (NFCorpus nDCG@10 0.161, against 0.196 when searched nearly exhaustively), which its small
+#: (NFCorpus nDCG@10 0.16-0.17, against 0.20 when searched nearly exhaustively), which its small
 #: fusion weight keeps out of the hybrid ranking. Other sizes get pgvector's defaults, m 16
 #: and ef_construction 64: on NFCorpus, WordLlama's vector leg scored 0.244 through an m 8
 #: graph and 0.252, the exact scan's figure, through an m 16 one (docs/embedders.md).

@@ -91,7 +91,7 @@ class WordLlamaEmbedder(BaseEmbedder):
     option_names = frozenset({"DIMENSIONS", "BATCH_SIZE"})
     requires = ("wordllama", "wordllama")
     # Measured with the BM25 lexical leg (docs/embedders.md): on NFCorpus (English) hybrid
-    # nDCG@10 rises from 0.335 at 0.05 to 0.339 at 0.35-0.4, but on CMRC 2018 (Chinese, where
+    # nDCG@10 rises from 0.335 at 0.05 to 0.338 at 0.35-0.5, but on CMRC 2018 (Chinese, where
     # this English model is weak and BM25 near perfect) anything above 0.05 falls below
     # lexical alone (0.1: -0.001, 0.35: -0.025). At 0.05 it breaks ties and ranks what no
     # query word matches; English-only deployments may raise FUSION_WEIGHT to 0.35.
