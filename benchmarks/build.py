@@ -65,7 +65,11 @@ def build_version(target_chunks: int, dataset: Path) -> str:
         f"{field.column}:{field.db_type(connection)}"
         for model in (models.KnowledgeBase, models.Document, models.Chunk, models.LexiconTerm)
         for field in model._meta.concrete_fields
-    ] + [index.name for index in models.Chunk._meta.indexes if index.name in INDEXES]
+    ] + [
+        index.name
+        for index in models.Chunk._meta.indexes
+        if index.name in INDEXES or not index.name.startswith("bk_chunk_embedding_hnsw_")
+    ]
     corpus = dataset / "corpus.jsonl"
     stat = corpus.stat()
     return "|".join(
