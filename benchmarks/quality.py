@@ -17,8 +17,9 @@ ef_search, BM25's k1 and b, the vector leg's `FUSION_WEIGHT` for the run's embed
 RRF constant by patching `hybrid.RRF_K` in this process, and the KB re-indexed in the
 `simple` language (no stemming, no stopwords) and back.
 
-The run ends with `QUALITY <dataset> <leg> ndcg@10=<x> embedder=<model name>` for each leg and
-the exactness target as `TARGET lexical_top10_exact_<dataset> <fraction> 0.95 PASS|FAIL`.
+The run ends with the embedder's name, then `QUALITY <dataset> <leg> ndcg@10=<x>` for each leg
+(exactly that: scripts compare the lines across runs) and the exactness target as
+`TARGET lexical_top10_exact_<dataset> <fraction> 0.95 PASS|FAIL`.
 Results go to `.data/bench/quality-<dataset>[-<embedder>].json`.
 """
 
@@ -598,11 +599,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = write_json(f"quality-{name}{'-' + run_label if run_label else ''}.json", results)
     print(f"total {results['seconds']} s; results in .data/bench/{path.name}")
     heading("Summary")
+    print(f"embedder: {embedder.model_name}")
     for leg, config in LEGS.items():
-        print(
-            f"QUALITY {name} {leg} ndcg@10={configs[config]['ndcg_at_10']:.4f} "
-            f"embedder={embedder.model_name}"
-        )
+        print(f"QUALITY {name} {leg} ndcg@10={configs[config]['ndcg_at_10']:.4f}")
     if exactness is None:
         print("(lexical exactness target skipped: no bailing_knowledge.retrieval.lexical)")
     else:
