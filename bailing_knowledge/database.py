@@ -1,4 +1,12 @@
-"""What the app needs from PostgreSQL, checked with messages that say how to fix it."""
+"""What the app needs from PostgreSQL, checked with messages that say how to fix it.
+
+The app runs as whatever role the host project gives it, often a role that is not a
+superuser (every managed PostgreSQL works that way). Such a role cannot create the `vector`
+extension unless pgvector is marked trusted, so the first migration creates it only when it
+is missing and the role may, and otherwise stops before touching anything with the one
+statement an administrator has to run. Reversing the migration drops the extension only when
+that migration created it and nothing else uses it.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +14,42 @@ from typing import Any
 
 from django.contrib.postgres.operations import CreateExtension
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, router, transaction
 
 MIN_POSTGRES_VERSION = 140000
 MIN_PGVECTOR_VERSION = (0, 7)
 
 PGVECTOR_MISSING = (
-    "The PostgreSQL extension 'vector' (pgvector >= 0.7) is not installed on this server. "
-    "Install pgvector for your PostgreSQL version (https://github.com/pgvector/pgvector), "
-    "or leave DATABASE_URL unset to use the embedded PostgreSQL that ships with it."
+    "The PostgreSQL server has no pgvector (the extension 'vector', version 0.7 or newer). "
+    "Install pgvector for the server's PostgreSQL version "
+    "(https://github.com/pgvector/pgvector) or use a managed PostgreSQL that offers it, "
+    "then run migrate again."
 )
+
+# Appended to the extension's comment when the first migration created it: the mark that
+# lets reversing the migration tell its own extension from one an administrator made.
+CREATED_MARK = " [created by bailing_knowledge]"
+
+_EXTENSION_STATE = """
+SELECT a.default_version,
+       e.extversion,
+       r.rolsuper OR (coalesce(v.trusted, false)
+                      AND has_database_privilege(current_database(), 'CREATE')),
+       current_user,
+       current_database()
+FROM pg_available_extensions a
+LEFT JOIN pg_extension e ON e.extname = a.name
+LEFT JOIN pg_available_extension_versions v
+       ON v.name = a.name AND v.version = a.default_version
+JOIN pg_roles r ON r.rolname = current_user
+WHERE a.name = 'vector'
+"""
+
+_SCHEMA_STATE = """
+SELECT current_schema(),
+       has_schema_privilege(current_schema(), 'CREATE'),
+       to_regclass('bailing_knowledge_knowledgebase') IS NOT NULL
+"""
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -32,32 +67,79 @@ def database_problems(connection: Any) -> list[str]:
     with connection.cursor() as cursor:
         if connection.pg_version < MIN_POSTGRES_VERSION:
             problems.append("bailing_knowledge needs PostgreSQL >= 14.")
-        cursor.execute(
-            "SELECT default_version, installed_version FROM pg_available_extensions "
-            "WHERE name = 'vector'"
-        )
-        row = cursor.fetchone()
-    if row is None:
+        cursor.execute(_EXTENSION_STATE)
+        extension = cursor.fetchone()
+        cursor.execute(_SCHEMA_STATE)
+        schema, may_create_tables, migrated = cursor.fetchone()
+    if extension is None:
         problems.append(PGVECTOR_MISSING)
     else:
-        version = row[1] or row[0]
+        available, installed, may_create, role, database = extension
+        version = installed or available
         if _version_tuple(version) < MIN_PGVECTOR_VERSION:
             problems.append(f"pgvector {version} is too old; bailing_knowledge needs >= 0.7.")
+        elif installed is None and not may_create:
+            problems.append(
+                f"The extension 'vector' is not installed in the database {database!r} and "
+                f"the role {role!r} may not create it. An administrator (a superuser) runs "
+                f'CREATE EXTENSION vector; in that database once (psql -d "{database}" -c '
+                '"CREATE EXTENSION vector;"), then migrate runs as this role.'
+            )
+    if not migrated and not may_create_tables:
+        problems.append(
+            f"The role may not create tables in the schema {schema!r}. Make it the "
+            f"database's owner, or run GRANT CREATE ON SCHEMA {schema} TO <role>; "
+            "as its owner."
+        )
     return problems
 
 
 class CreateVectorExtension(CreateExtension):
-    """`CREATE EXTENSION vector`, failing with an actionable message when pgvector is absent."""
+    """`CREATE EXTENSION vector` when it is missing and the role may, marked as ours."""
 
     def __init__(self) -> None:
         self.name = "vector"
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):  # type: ignore[no-untyped-def]
-        if schema_editor.connection.vendor == "postgresql":
-            problems = database_problems(schema_editor.connection)
-            if problems:
-                raise ImproperlyConfigured(" ".join(problems))
-        super().database_forwards(app_label, schema_editor, from_state, to_state)
+        connection = schema_editor.connection
+        if connection.vendor != "postgresql" or not router.allow_migrate(
+            connection.alias, app_label
+        ):
+            return
+        if self.extension_exists(schema_editor, self.name):
+            return
+        problems = database_problems(connection)
+        if problems:
+            raise ImproperlyConfigured(" ".join(problems))
+        schema_editor.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT obj_description(oid, 'pg_extension') FROM pg_extension "
+                "WHERE extname = 'vector'"
+            )
+            comment = (cursor.fetchone() or [None])[0] or "vector"
+            cursor.execute("COMMENT ON EXTENSION vector IS %s", [comment + CREATED_MARK])
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):  # type: ignore[no-untyped-def]
+        """Drop the extension only when it bears our mark and nothing else depends on it."""
+        connection = schema_editor.connection
+        if connection.vendor != "postgresql" or not router.allow_migrate(
+            connection.alias, app_label
+        ):
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT obj_description(oid, 'pg_extension') FROM pg_extension "
+                "WHERE extname = 'vector'"
+            )
+            row = cursor.fetchone()
+        if row is None or not (row[0] or "").endswith(CREATED_MARK):
+            return
+        try:
+            with transaction.atomic(using=connection.alias):
+                schema_editor.execute("DROP EXTENSION vector")
+        except DatabaseError:
+            pass  # another app's columns or indexes use it: it stays
 
     def deconstruct(self):  # type: ignore[no-untyped-def]
         return (self.__class__.__qualname__, [], {})

@@ -4,30 +4,35 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from io import StringIO
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import psycopg
 import pytest
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from psycopg import sql
 
-from bailing_knowledge.database import PGVECTOR_MISSING, database_problems
+from bailing_knowledge.database import CREATED_MARK
 
 SETTINGS = """
 import os
+
+from bailing_knowledge.embedded import database_settings
 
 SECRET_KEY = "throwaway"
 DEBUG = False
@@ -60,15 +65,9 @@ TEMPLATES = [{
         "django.contrib.messages.context_processors.messages",
     ]},
 }]
-DATABASES = {"default": {
-    "ENGINE": "django.db.backends.postgresql",
-    "NAME": os.environ["HOST_DB_NAME"],
-    "HOST": os.environ["HOST_DB_HOST"],
-    "PORT": os.environ["HOST_DB_PORT"],
-    "USER": os.environ["HOST_DB_USER"],
-    "PASSWORD": os.environ["HOST_DB_PASSWORD"],
-    "OPTIONS": {"connect_timeout": 2},
-}}
+DATABASES = {"default": database_settings(
+    os.environ["HOST_DB_URL"], OPTIONS={"connect_timeout": 2}
+)}
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 """
@@ -103,6 +102,29 @@ print(json.loads(answer.content)["route"])
 """
 
 
+SEARCH_SMOKE = """
+import django, json
+django.setup()
+from django.test import Client
+from bailing_knowledge import services
+from bailing_knowledge.ingestion.documents import upsert_document
+
+kb = services.create_knowledge_base("policies")
+upsert_document(kb, "refunds.md", "Refunds", "# Refunds\\n\\nRefunds are paid within five days.")
+route = services.create_route("help", knowledge_bases=[kb])
+client = services.create_client("helper", routes=[route])
+issued = services.issue_session(client, principal_id="p", routes=[route])
+answer = Client().post(
+    "/agent-api/v1/workspaces/help/knowledge/search",
+    data=json.dumps({"query": "when are refunds paid"}),
+    content_type="application/json",
+    headers={"Authorization": "Bearer " + issued.access_token},
+)
+assert answer.status_code == 200, answer.content
+print(json.loads(answer.content)["hints"][0]["title"])
+"""
+
+
 def _admin_conninfo() -> dict:
     db = settings.DATABASES["default"]
     return {
@@ -111,6 +133,35 @@ def _admin_conninfo() -> dict:
         "port": db["PORT"],
         "user": db["USER"],
         "password": db["PASSWORD"],
+    }
+
+
+def _url(conninfo: dict, dbname: str) -> str:
+    """A `postgresql://` URL with every part of `conninfo`, the password included."""
+    user = quote(conninfo["user"] or "", safe="")
+    password = conninfo["password"] or ""
+    auth = f"{user}:{quote(password, safe='')}@" if password else (f"{user}@" if user else "")
+    url = f"postgresql://{auth}/{quote(dbname, safe='')}"
+    params = {"host": conninfo["host"], "port": conninfo["port"]}
+    query = "&".join(f"{k}={quote(str(v), safe='/')}" for k, v in params.items() if v)
+    return f"{url}?{query}" if query else url
+
+
+def _admin(dbname: str | None = None) -> psycopg.Connection:
+    conninfo = {k: v for k, v in _admin_conninfo().items() if v}
+    if dbname:
+        conninfo["dbname"] = dbname
+    return psycopg.connect(**conninfo, autocommit=True)
+
+
+def test_urls_carry_the_password():
+    url = _url({"user": "app", "password": "p@ss:/w", "host": "db", "port": 5433}, "kb")
+    assert psycopg.conninfo.conninfo_to_dict(url) == {
+        "user": "app",
+        "password": "p@ss:/w",
+        "host": "db",
+        "port": "5433",
+        "dbname": "kb",
     }
 
 
@@ -130,21 +181,22 @@ def scratch_database():
             )
 
 
-def test_existing_project_installs_migrates_and_serves(tmp_path, scratch_database):
+def _host_project(tmp_path: Path) -> Path:
+    """A project of its own, as `startproject` would lay it out, using the app."""
     (tmp_path / "host").mkdir()
     (tmp_path / "host" / "__init__.py").write_text("")
     (tmp_path / "host" / "settings.py").write_text(textwrap.dedent(SETTINGS))
     (tmp_path / "host" / "urls.py").write_text(textwrap.dedent(URLS))
-    db = _admin_conninfo()
+    return tmp_path
+
+
+def test_existing_project_installs_migrates_and_serves(tmp_path, scratch_database):
+    _host_project(tmp_path)
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "host.settings",
         "PYTHONPATH": str(tmp_path),
-        "HOST_DB_NAME": scratch_database,
-        "HOST_DB_HOST": db["host"] or "",
-        "HOST_DB_PORT": str(db["port"] or ""),
-        "HOST_DB_USER": db["user"] or "",
-        "HOST_DB_PASSWORD": db["password"] or "",
+        "HOST_DB_URL": _url(_admin_conninfo(), scratch_database),
     }
 
     def run(*args: str) -> str:
@@ -178,71 +230,9 @@ def test_migrations_reverse_and_reapply():
     call_command("migrate", "bailing_knowledge", verbosity=0)
 
 
-class _Cursor:
-    def __init__(self, row):
-        self.row = row
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def execute(self, *args):
-        pass
-
-    def fetchone(self):
-        return self.row
-
-
-class _Connection:
-    vendor = "postgresql"
-    pg_version = 160000
-
-    def __init__(self, row):
-        self.row = row
-
-    def cursor(self):
-        return _Cursor(self.row)
-
-
-@pytest.mark.parametrize(
-    ("row", "expected"),
-    [
-        (None, PGVECTOR_MISSING),
-        (("0.5.1", None), "pgvector 0.5.1 is too old"),
-    ],
-)
-def test_database_problems_explain_missing_or_old_pgvector(row, expected):
-    problems = database_problems(_Connection(row))
-    assert any(expected in p for p in problems)
-
-
-def test_database_problems_accept_a_current_pgvector():
-    assert database_problems(_Connection(("0.8.0", "0.8.0"))) == []
-
-
-def test_migration_stops_with_the_message_when_pgvector_is_missing(monkeypatch):
-    from bailing_knowledge import database
-
-    monkeypatch.setattr(database, "database_problems", lambda connection: [PGVECTOR_MISSING])
-
-    class Editor:
-        connection = _Connection(None)
-
-    with pytest.raises(ImproperlyConfigured, match="pgvector"):
-        database.CreateVectorExtension().database_forwards(
-            "bailing_knowledge", Editor(), None, None
-        )
-
-
 def test_the_demo_seeds_idempotently_and_prints_credentials(tmp_path, scratch_database):
     """What `make demo` runs before serving, twice in a row, on an empty database."""
-    db = _admin_conninfo()
-    host = db["host"] or "localhost"
-    url = f"postgresql://{db['user'] or ''}@/{scratch_database}?host={host}"
-    if db["port"]:
-        url += f"&port={db['port']}"
+    url = _url(_admin_conninfo(), scratch_database)
     env = {
         **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
         "DATABASE_URL": url,
@@ -280,11 +270,7 @@ def test_the_demo_serves_and_finds_a_paraphrase_with_wordllama(tmp_path, scratch
     """`make demo` end to end: the example project's embedder is WordLlama, so a query that
     shares no word with the refund policy ("money back") finds it first, over real HTTP."""
     pytest.importorskip("wordllama")
-    db = _admin_conninfo()
-    host = db["host"] or "localhost"
-    url = f"postgresql://{db['user'] or ''}@/{scratch_database}?host={host}"
-    if db["port"]:
-        url += f"&port={db['port']}"
+    url = _url(_admin_conninfo(), scratch_database)
     env = {
         **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
         "DATABASE_URL": url,
@@ -356,3 +342,142 @@ def test_installing_without_extras_brings_no_numpy_and_no_model():
     assert not base & heavy
     extras = metadata.metadata("bailing-knowledge").get_all("Provides-Extra")
     assert {"wordllama", "demo", "dev"} <= {canonicalize_name(extra) for extra in extras}
+
+
+@contextmanager
+def _password_required(conn: psycopg.Connection, role: str) -> Iterator[bool]:
+    """Make the server ask `role` for its password, when the test may edit its pg_hba.conf.
+
+    The embedded server trusts every local connection; a server of the operator's own
+    (DATABASE_URL) keeps its own rules, and the test then relies on them.
+    """
+    hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
+    try:
+        original = hba.read_text()
+        hba.write_text(
+            f"local all {role} scram-sha-256\n"
+            f"host all {role} 127.0.0.1/32 scram-sha-256\n"
+            f"host all {role} ::1/128 scram-sha-256\n" + original
+        )
+    except OSError:
+        yield False
+        return
+    conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield True
+    finally:
+        hba.write_text(original)
+        conn.execute("SELECT pg_reload_conf()")
+
+
+@pytest.fixture
+def app_role(scratch_database):
+    """A login role that is not a superuser, with a password, owning the scratch database."""
+    role = f"bk_app_{uuid.uuid4().hex[:10]}"
+    password = secrets.token_urlsafe(12) + "@:/"
+    with _admin() as conn:
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} NOSUPERUSER NOCREATEDB NOCREATEROLE").format(
+                sql.Identifier(role), sql.Literal(password)
+            )
+        )
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} OWNER TO {}").format(
+                sql.Identifier(scratch_database), sql.Identifier(role)
+            )
+        )
+        try:
+            with _password_required(conn, role) as enforced:
+                yield {**_admin_conninfo(), "user": role, "password": password}, enforced
+        finally:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(scratch_database)
+                )
+            )
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def _vector_comment(dbname: str) -> str | None:
+    with _admin(dbname) as conn:
+        row = conn.execute(
+            "SELECT obj_description(oid, 'pg_extension') FROM pg_extension WHERE extname = 'vector'"
+        ).fetchone()
+    return None if row is None else row[0] or ""
+
+
+def test_a_role_without_superuser_rights_migrates_and_searches(
+    tmp_path, scratch_database, app_role
+):
+    conninfo, enforced = app_role
+    # The embedded server is the test's own: it must be made to ask for the password.
+    assert enforced or os.environ.get("DATABASE_URL")
+    if enforced:
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(**{**conninfo, "dbname": scratch_database, "password": ""}).close()
+    project = _host_project(tmp_path)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "host.settings",
+        "PYTHONPATH": str(project),
+        "HOST_DB_URL": _url(conninfo, scratch_database),
+    }
+
+    def run(*args: str, ok: bool = True) -> str:
+        result = subprocess.run(
+            [sys.executable, *args],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert (result.returncode == 0) == ok, result.stdout + result.stderr
+        return result.stdout + result.stderr
+
+    # Without the extension, migrate stops at the system check with the statement to run.
+    refused = run("-m", "django", "migrate", "--noinput", ok=False)
+    assert "bailing_knowledge.E004" in refused
+    assert "CREATE EXTENSION vector;" in refused
+    assert "Traceback" not in refused
+    assert "DATABASE_URL" not in refused
+
+    with _admin(scratch_database) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    run("-m", "django", "migrate", "--noinput")
+    run("-m", "django", "check", "--database", "default", "--fail-level", "WARNING")
+    assert run("-c", textwrap.dedent(SEARCH_SMOKE)).strip() == "Refunds"
+
+    # Reversing leaves the administrator's extension in place, and applying again works.
+    run("-m", "django", "migrate", "bailing_knowledge", "zero", "--noinput")
+    assert _vector_comment(scratch_database) is not None
+    run("-m", "django", "migrate", "--noinput")
+
+
+def test_reversing_drops_only_the_extension_the_migration_created(scratch_database, tmp_path):
+    """As a superuser the migration creates `vector` and marks it; reversing drops it."""
+    project = _host_project(tmp_path)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "host.settings",
+        "PYTHONPATH": str(project),
+        "HOST_DB_URL": _url(_admin_conninfo(), scratch_database),
+    }
+    for args, comment in (
+        (["migrate"], "created"),
+        (["migrate", "bailing_knowledge", "zero"], None),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "django", *args, "--noinput"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        found = _vector_comment(scratch_database)
+        if comment is None:
+            assert found is None
+        else:
+            assert found.endswith(CREATED_MARK)
