@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from importlib import metadata
 from io import StringIO
 from pathlib import Path
-from urllib.parse import quote
 
 import httpx
 import psycopg
@@ -28,6 +27,8 @@ from packaging.utils import canonicalize_name
 from psycopg import sql
 
 from bailing_knowledge.database import CREATED_MARK
+
+from . import connection_url
 
 SETTINGS = """
 import os
@@ -136,17 +137,6 @@ def _admin_conninfo() -> dict:
     }
 
 
-def _url(conninfo: dict, dbname: str) -> str:
-    """A `postgresql://` URL with every part of `conninfo`, the password included."""
-    user = quote(conninfo["user"] or "", safe="")
-    password = conninfo["password"] or ""
-    auth = f"{user}:{quote(password, safe='')}@" if password else (f"{user}@" if user else "")
-    url = f"postgresql://{auth}/{quote(dbname, safe='')}"
-    params = {"host": conninfo["host"], "port": conninfo["port"]}
-    query = "&".join(f"{k}={quote(str(v), safe='/')}" for k, v in params.items() if v)
-    return f"{url}?{query}" if query else url
-
-
 def _admin(dbname: str | None = None) -> psycopg.Connection:
     conninfo = {k: v for k, v in _admin_conninfo().items() if v}
     if dbname:
@@ -155,7 +145,7 @@ def _admin(dbname: str | None = None) -> psycopg.Connection:
 
 
 def test_urls_carry_the_password():
-    url = _url({"user": "app", "password": "p@ss:/w", "host": "db", "port": 5433}, "kb")
+    url = connection_url({"user": "app", "password": "p@ss:/w", "host": "db", "port": 5433}, "kb")
     assert psycopg.conninfo.conninfo_to_dict(url) == {
         "user": "app",
         "password": "p@ss:/w",
@@ -196,7 +186,7 @@ def test_existing_project_installs_migrates_and_serves(tmp_path, scratch_databas
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "host.settings",
         "PYTHONPATH": str(tmp_path),
-        "HOST_DB_URL": _url(_admin_conninfo(), scratch_database),
+        "HOST_DB_URL": connection_url(_admin_conninfo(), scratch_database),
     }
 
     def run(*args: str) -> str:
@@ -232,7 +222,7 @@ def test_migrations_reverse_and_reapply():
 
 def test_the_demo_seeds_idempotently_and_prints_credentials(tmp_path, scratch_database):
     """What `make demo` runs before serving, twice in a row, on an empty database."""
-    url = _url(_admin_conninfo(), scratch_database)
+    url = connection_url(_admin_conninfo(), scratch_database)
     env = {
         **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
         "DATABASE_URL": url,
@@ -420,7 +410,7 @@ def test_a_role_without_superuser_rights_migrates_and_searches(
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "host.settings",
         "PYTHONPATH": str(project),
-        "HOST_DB_URL": _url(conninfo, scratch_database),
+        "HOST_DB_URL": connection_url(conninfo, scratch_database),
     }
 
     def run(*args: str, ok: bool = True) -> str:
@@ -461,7 +451,7 @@ def test_reversing_drops_only_the_extension_the_migration_created(scratch_databa
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "host.settings",
         "PYTHONPATH": str(project),
-        "HOST_DB_URL": _url(_admin_conninfo(), scratch_database),
+        "HOST_DB_URL": connection_url(_admin_conninfo(), scratch_database),
     }
     for args, comment in (
         (["migrate"], "created"),

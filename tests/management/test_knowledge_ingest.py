@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+import io
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
 from bailing_knowledge.models import Document
+from tests import django_connection_url
 
 from . import run, run_json
 
 pytestmark = pytest.mark.django_db
 
 FILES = Path(__file__).resolve().parent.parent / "ingestion" / "files"
+
+
+def run_failing(*args: str) -> tuple[str, str, CommandError]:
+    """Run a command that must end in failure; return its stdout, stderr and the error."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue(), failed.value
 
 
 @pytest.fixture
@@ -28,7 +44,9 @@ def tree(tmp_path):
 
 
 def test_ingest_a_directory_then_again(kb, tree):
-    summary = run_json("knowledge_ingest", "handbook", str(tree))
+    out, _, failed = run_failing("knowledge_ingest", "handbook", str(tree), "--json")
+    summary = json.loads(out)
+    assert failed.returncode == 1
     assert summary["new"] == 6
     assert summary["failed"] == 1  # the Latin-1 text file
     assert summary["unsupported"] == 1  # the .docx
@@ -39,11 +57,11 @@ def test_ingest_a_directory_then_again(kb, tree):
     assert ".hidden.md" not in keys
     assert Document.objects.get(source_key="sub/faq.md").title == "FAQ"
 
-    again = run_json("knowledge_ingest", "handbook", str(tree))
+    again = json.loads(run_failing("knowledge_ingest", "handbook", str(tree), "--json")[0])
     assert (again["new"], again["updated"], again["unchanged"]) == (0, 0, 6)
 
     (tree / "sub" / "faq.md").write_text("# FAQ\n\nNew answers.\n", encoding="utf-8")
-    changed = run_json("knowledge_ingest", "handbook", str(tree))
+    changed = json.loads(run_failing("knowledge_ingest", "handbook", str(tree), "--json")[0])
     assert (changed["updated"], changed["unchanged"]) == (1, 5)
     assert Document.objects.get(source_key="sub/faq.md").revision == 2
 
@@ -78,8 +96,10 @@ def test_each_failure_names_its_own_file(kb, tmp_path, settings):
         ("d.md", "# D\n\nMore fine text."),
     ]:
         (root / name).write_text(text, encoding="utf-8")
-    summary = run_json("knowledge_ingest", "handbook", str(root))
+    out, _, failed = run_failing("knowledge_ingest", "handbook", str(root), "--json")
+    summary = json.loads(out)
     assert (summary["new"], summary["failed"]) == (2, 2)
+    assert str(failed) == "2 of 4 files failed."
     errors = {Path(f["path"]).name: f["error"] for f in summary["failures"]}
     assert set(errors) == {"b.md", "c.txt"}
     assert "poisoned" in errors["b.md"]
@@ -87,3 +107,53 @@ def test_each_failure_names_its_own_file(kb, tmp_path, settings):
         "a.md",
         "d.md",
     }
+
+
+def test_text_output_has_one_line_per_failed_file(kb, tmp_path):
+    root = tmp_path / "batch"
+    root.mkdir()
+    (root / "good.md").write_text("# Good\n\nFine text.", encoding="utf-8")
+    (root / "empty.txt").write_text("\ufeff", encoding="utf-8")
+    (root / "blank.md").write_text("   ", encoding="utf-8")
+    out, err, failed = run_failing("knowledge_ingest", "handbook", str(root), "--no-progress")
+    assert "1 new, 0 updated, 0 unchanged, 2 failed" in out
+    lines = [line for line in err.splitlines() if line.startswith("failed: ")]
+    assert sorted(lines) == [
+        f"failed: {root / 'blank.md'}: no text",
+        f"failed: {root / 'empty.txt'}: no text",
+    ]
+    assert failed.returncode == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_exit_status_tells_a_script_whether_every_file_made_it(tmp_path):
+    """Through `manage.py` as a shell script runs it: 0 when all went in, 1 when any failed."""
+    from bailing_knowledge import services
+
+    services.create_knowledge_base("scripted")
+    good = tmp_path / "good.md"
+    good.write_text("# Good\n\nFine text.", encoding="utf-8")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("\ufeff", encoding="utf-8")
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": django_connection_url(connection.settings_dict),
+    }
+    root = Path(__file__).resolve().parents[2]
+
+    def ingest(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "django", "knowledge_ingest", "scripted", *args],
+            cwd=root,
+            env={**env, "PYTHONPATH": str(root)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert ingest(str(good)).returncode == 0
+    both = ingest(str(good), str(bad), "--json")
+    assert both.returncode == 1, both.stderr
+    assert json.loads(both.stdout)["failed"] == 1
+    assert both.stderr.strip().endswith("1 of 2 files failed.")

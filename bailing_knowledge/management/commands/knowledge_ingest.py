@@ -2,7 +2,9 @@
 
 A file's `source_key` is its path relative to the directory given (or its name when the file
 itself is given), so ingesting a changed file again updates the same document and an
-unchanged one is skipped. Unsupported or unreadable files are reported, never fatal.
+unchanged one is skipped. A file that fails does not stop the others; the command reports
+each on one line and then exits with status 1, so a script or CI job notices. Unsupported
+file types found in a directory are listed and skipped, which is not a failure.
 Documents go through `upsert_documents`: batched, with embedding overlapping the writes.
 """
 
@@ -24,6 +26,9 @@ from bailing_knowledge.ingestion.loaders import Discovered, LoaderError, discove
 from bailing_knowledge.services import get_knowledge_base
 
 OUTCOME_LABELS = {"created": "new", "updated": "updated", "unchanged": "unchanged"}
+# The exit status when any file failed; an unknown knowledge base or path exits with 1 too,
+# before anything is loaded.
+FAILED_EXIT_STATUS = 1
 
 
 class Command(BaseCommand):
@@ -66,7 +71,7 @@ class Command(BaseCommand):
                 try:
                     loaded = load_file(item.path, source_key=item.source_key)
                 except LoaderError as exc:
-                    failures.append({"path": str(item.path), "error": str(exc)})
+                    failures.append({"path": str(item.path), "error": exc.reason})
                     counts["failed"] += 1
                     report(item.source_key)
                     continue
@@ -99,6 +104,10 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(summary, indent=2, ensure_ascii=False))
         else:
             self._report(summary)
+        if failures:
+            raise CommandError(
+                f"{len(failures)} of {len(todo)} files failed.", returncode=FAILED_EXIT_STATUS
+            )
 
     def _progress(self, number: int, total: int, name: str) -> None:
         width = 30
