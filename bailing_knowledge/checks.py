@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps
@@ -9,8 +11,10 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
+from django.utils.module_loading import import_string
 
-from .conf import SETTINGS_NAME, knowledge_settings
+from .conf import DEFAULTS, SETTINGS_NAME, knowledge_settings, nearest_name
+from .ingestion.chunker import MIN_TARGET_CHARS
 
 
 @checks.register(checks.Tags.compatibility)
@@ -37,6 +41,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     errors.extend(check_connect_timeout(getattr(settings, "DATABASES", {}).get("default", {})))
+    errors.extend(_check_keys(user))
+    errors.extend(_check_values())
     embedders = knowledge_settings.EMBEDDERS
     if not isinstance(embedders, dict) or "default" not in embedders:
         errors.append(
@@ -49,6 +55,147 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         errors.extend(_check_embedders(embedders))
     errors.extend(_check_bm25())
     return errors
+
+
+def _check_keys(user: dict[str, Any]) -> list[checks.CheckMessage]:
+    """A key the app does not read is a typo or a leftover: either way, not what was meant."""
+    errors: list[checks.CheckMessage] = []
+    for key in sorted(set(user) - set(DEFAULTS), key=str):
+        hint = nearest_name(str(key), DEFAULTS)
+        errors.append(
+            checks.Error(
+                f"{SETTINGS_NAME} has the unknown key {key!r}.",
+                hint=f"Did you mean {hint!r}?"
+                if hint
+                else "docs/configuration.md lists the keys the app reads.",
+                id="bailing_knowledge.E010",
+            )
+        )
+    return errors
+
+
+# Rates as DRF's SimpleRateThrottle parses them: requests / a period it reads by its first
+# letter (s, m, h, d), e.g. "120/min" or "5000/day".
+_RATE = re.compile(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)s?")
+_THROTTLE_SCOPES = ("session", "client")
+
+
+def _integer(low: int, high: int | None = None) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            return f"an integer ≥ {low}" if high is None else f"an integer from {low} to {high}"
+        if high is not None and value > high:
+            return f"an integer from {low} to {high}"
+        return None
+
+    return check
+
+
+def _number(low: float, high: float) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"a number from {low} to {high}"
+        return None if low <= value <= high else f"a number from {low} to {high}"
+
+    return check
+
+
+def _throttle_rates(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return 'a dict such as {"session": "120/min", "client": "600/min"}'
+    for scope, rate in value.items():
+        if scope not in _THROTTLE_SCOPES:
+            hint = nearest_name(str(scope), _THROTTLE_SCOPES)
+            return f"keyed by {' and '.join(_THROTTLE_SCOPES)}; {scope!r} is neither" + (
+                f" (did you mean {hint!r}?)" if hint else ""
+            )
+        if rate is not None and not (isinstance(rate, str) and _RATE.fullmatch(rate)):
+            return (
+                f"rates written N/period (s, min, hour or day), e.g. '120/min', "
+                f"or None to turn a scope off; {scope!r} has {rate!r}"
+            )
+    return None
+
+
+def _cache_alias(value: Any) -> str | None:
+    caches = getattr(settings, "CACHES", {"default": {}})
+    if isinstance(value, str) and value in caches:
+        return None
+    return f"one of the CACHES aliases ({', '.join(map(repr, caches))})"
+
+
+def _url_prefix(value: Any) -> str | None:
+    ok = isinstance(value, str) and value.startswith("/") and value.endswith("/")
+    return None if ok else "a path that starts and ends with '/', e.g. '/agent-api/'"
+
+
+def _callable_path(optional: bool) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if optional and value is None:
+            return None
+        wanted = "the dotted path of a callable" + (", or None" if optional else "")
+        if not isinstance(value, str):
+            return wanted
+        try:
+            target = import_string(value)
+        except ImportError as exc:
+            return f"{wanted}; {value!r} cannot be imported ({exc})"
+        return None if callable(target) else f"{wanted}; {value!r} is not callable"
+
+    return check
+
+
+def _any(value: Any) -> str | None:
+    return None
+
+
+# What each key must be: a check returning None when the value is fine, or what it must be.
+# EMBEDDERS gets its own checks (`_check_embedders`), BM25 its own id (E006).
+VALIDATORS: dict[str, Callable[[Any], str | None]] = {
+    "SESSION_DEFAULT_LIFETIME": _integer(1),
+    "SESSION_MAX_LIFETIME": _integer(1),
+    "SESSION_LAST_SEEN_INTERVAL": _integer(0),
+    "URL_PREFIX": _url_prefix,
+    "THROTTLE_RATES": _throttle_rates,
+    "THROTTLE_CACHE": _cache_alias,
+    "CHUNK_TARGET_CHARS": _integer(MIN_TARGET_CHARS),
+    "CHUNK_OVERLAP_CHARS": _integer(0),
+    "TASK_RUNNER": _callable_path(optional=False),
+    "SEARCH_CANDIDATES": _integer(1, 1000),
+    "SEARCH_MIN_SIMILARITY": _number(-1.0, 1.0),
+    "SEARCH_EF_SEARCH": _integer(1, 1000),  # pgvector's bounds for hnsw.ef_search
+    "SEARCH_BM25_K1": _any,
+    "SEARCH_BM25_B": _any,
+    "SEARCH_STATEMENT_TIMEOUT_MS": _integer(0),
+    "MAX_BODY_BYTES": _integer(1),
+    "MAX_JSON_DEPTH": _integer(1),
+    "DATABASE_WAIT_MS": _integer(0),
+    "INLINE_MAX_BYTES": _integer(0),
+    "TURN_CONTEXT_HOOK": _callable_path(optional=True),
+    "EMBEDDERS": _any,
+}
+
+
+def _check_values() -> list[checks.CheckMessage]:
+    """Each value of the right type and range, so a typo fails `check`, not every request."""
+    problems: list[str] = []
+    for key, validate in VALIDATORS.items():
+        wanted = validate(getattr(knowledge_settings, key))
+        if wanted:
+            problems.append(f"{SETTINGS_NAME}['{key}'] must be {wanted}.")
+    if not problems:
+        if knowledge_settings.SESSION_DEFAULT_LIFETIME > knowledge_settings.SESSION_MAX_LIFETIME:
+            problems.append(
+                f"{SETTINGS_NAME}['SESSION_DEFAULT_LIFETIME'] may not exceed SESSION_MAX_LIFETIME."
+            )
+        if 2 * knowledge_settings.CHUNK_OVERLAP_CHARS >= knowledge_settings.CHUNK_TARGET_CHARS:
+            problems.append(
+                f"{SETTINGS_NAME}['CHUNK_OVERLAP_CHARS'] must be less than half of "
+                "CHUNK_TARGET_CHARS."
+            )
+    return [checks.Error(problem, id="bailing_knowledge.E011") for problem in problems]
 
 
 def check_connect_timeout(database: dict[str, Any]) -> list[checks.CheckMessage]:
@@ -77,10 +224,11 @@ def check_connect_timeout(database: dict[str, Any]) -> list[checks.CheckMessage]
 def _check_embedders(embedders: dict[str, Any]) -> list[checks.CheckMessage]:
     """Each alias names an importable backend whose optional package is installed.
 
-    Nothing is built here (no model is loaded): a missing extra is found by name, so that it
-    fails the start-up rather than the first search.
+    A missing extra is found by name, so that it fails the start-up rather than the first
+    search; then the entry is built and closed (its options checked), except a backend that
+    loads a model when built, whose option names alone are checked: no model is loaded here.
     """
-    from .retrieval.embedders import backend_class
+    from .retrieval.embedders import backend_class, check_embedder
 
     errors: list[checks.CheckMessage] = []
     for alias in sorted(embedders):
@@ -99,6 +247,11 @@ def _check_embedders(embedders: dict[str, Any]) -> list[checks.CheckMessage]:
                     id="bailing_knowledge.E008",
                 )
             )
+            continue
+        try:
+            check_embedder(alias)
+        except ImproperlyConfigured as exc:
+            errors.append(checks.Error(str(exc), id="bailing_knowledge.E007"))
     return errors
 
 

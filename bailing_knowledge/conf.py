@@ -6,6 +6,8 @@ tests without reloading modules. Protocol limits are not settings: see `constant
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -68,6 +70,13 @@ DEFAULTS: dict[str, Any] = {
         },
     },
 }
+
+
+def nearest_name(name: str, known: Iterable[str]) -> str | None:
+    """The known name closest to a mistyped one, if any is close enough to suggest."""
+    by_folded = {candidate.casefold(): candidate for candidate in known}
+    matches = difflib.get_close_matches(name.casefold(), sorted(by_folded), n=1, cutoff=0.6)
+    return by_folded[matches[0]] if matches else None
 
 
 class KnowledgeSettings:

@@ -6,6 +6,7 @@ import pytest
 from django.test import override_settings
 
 from bailing_knowledge.checks import check_connect_timeout, check_database, check_settings
+from bailing_knowledge.retrieval.embedders import BaseEmbedder
 
 pytestmark = pytest.mark.django_db
 
@@ -83,3 +84,116 @@ def test_an_embedder_that_cannot_be_imported_fails_the_start_up():
         [error] = check_settings()
     assert error.id == "bailing_knowledge.E007"
     assert "no.such.Embedder" in error.msg
+
+
+def _messages(overrides):
+    with override_settings(BAILING_KNOWLEDGE=overrides):
+        return check_settings()
+
+
+def test_a_mistyped_key_is_refused_with_the_nearest_name():
+    messages = _messages({"SESION_DEFAULT_LIFETIME": 60})
+    assert [(m.id, m.hint) for m in messages] == [
+        ("bailing_knowledge.E010", "Did you mean 'SESSION_DEFAULT_LIFETIME'?")
+    ]
+    far = _messages({"COMPLETELY_DIFFERENT": 1})
+    assert _ids(far) == {"bailing_knowledge.E010"}
+    assert "configuration.md" in far[0].hint
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"THROTTLE_RATES": {"session": "lots"}}, "'120/min'"),
+        ({"THROTTLE_RATES": {"session": "0/min"}}, "N/period"),
+        ({"THROTTLE_RATES": {"sesion": "10/min"}}, "did you mean 'session'"),
+        ({"THROTTLE_RATES": "120/min"}, "a dict"),
+        ({"THROTTLE_CACHE": "redis"}, "CACHES aliases"),
+        ({"SESSION_DEFAULT_LIFETIME": "8h"}, "integer"),
+        ({"SESSION_DEFAULT_LIFETIME": 7200, "SESSION_MAX_LIFETIME": 3600}, "may not exceed"),
+        ({"SEARCH_STATEMENT_TIMEOUT_MS": -1}, "integer ≥ 0"),
+        ({"SEARCH_STATEMENT_TIMEOUT_MS": 2.5}, "integer ≥ 0"),
+        ({"SEARCH_EF_SEARCH": 5000}, "from 1 to 1000"),
+        ({"SEARCH_MIN_SIMILARITY": 2}, "from -1.0 to 1.0"),
+        ({"SEARCH_CANDIDATES": 0}, "from 1 to 1000"),
+        ({"CHUNK_TARGET_CHARS": 10}, "integer ≥ 50"),
+        ({"CHUNK_TARGET_CHARS": 200, "CHUNK_OVERLAP_CHARS": 100}, "half"),
+        ({"URL_PREFIX": "agent-api"}, "starts and ends with '/'"),
+        ({"TASK_RUNNER": "no.such.module.run"}, "cannot be imported"),
+        ({"TURN_CONTEXT_HOOK": "bailing_knowledge.conf.SETTINGS_NAME"}, "not callable"),
+        ({"INLINE_MAX_BYTES": None}, "integer"),
+    ],
+)
+def test_invalid_values_are_refused_at_check_time(overrides, words):
+    messages = _messages(overrides)
+    assert _ids(messages) == {"bailing_knowledge.E011"}, messages
+    assert words in messages[0].msg
+
+
+class ModelLoadingEmbedder(BaseEmbedder):
+    """Stands for a backend that loads a model when built: the checks must not build it."""
+
+    option_names = frozenset({"MODEL", "BATCH_SIZE"})
+    loads_model = True
+
+    def __init__(self, *args, **kwargs):
+        raise AssertionError("a system check loaded a model")
+
+
+def test_a_model_loading_embedder_is_not_built_by_the_checks():
+    entry = {"BACKEND": "tests.test_checks.ModelLoadingEmbedder", "OPTIONS": {"MODEL": "x"}}
+    assert _messages({"EMBEDDERS": {"default": entry}}) == []
+
+
+@pytest.mark.parametrize(
+    ("embedders", "words"),
+    [
+        ({"default": {"BACKEND": "no.such.Embedder"}}, "cannot import"),
+        ({"default": {"BACKEND": "bailing_knowledge.conf.KnowledgeSettings"}}, "subclass"),
+        (
+            {
+                "default": {
+                    "BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder",
+                    "OPTIONS": {"DIMENSION": 384},
+                }
+            },
+            "Did you mean 'DIMENSIONS'?",
+        ),
+        (
+            {
+                "default": {
+                    "BACKEND": "bailing_knowledge.retrieval.embedders.OpenAIEmbedder",
+                    "OPTIONS": {"MODEL": "m", "TIMEOUT": -1},
+                }
+            },
+            "TIMEOUT",
+        ),
+        (
+            {
+                "default": {"BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder"},
+                "local": {
+                    "BACKEND": "tests.test_checks.ModelLoadingEmbedder",
+                    "OPTIONS": {"MODEL": "x", "BATCHSIZE": 8},
+                },
+            },
+            "Did you mean 'BATCH_SIZE'?",
+        ),
+    ],
+)
+def test_embedder_entries_are_checked_without_loading_a_model(embedders, words):
+    messages = _messages({"EMBEDDERS": embedders})
+    assert _ids(messages) == {"bailing_knowledge.E007"}, messages
+    assert words in messages[0].msg
+
+
+def test_the_issue_example_fails_check_instead_of_every_request(tmp_path):
+    messages = _messages({"SESION_DEFAULT_LIFETIME": 60, "THROTTLE_RATES": {"session": "lots"}})
+    assert _ids(messages) == {"bailing_knowledge.E010", "bailing_knowledge.E011"}
+
+
+def test_every_key_has_a_validator():
+    from bailing_knowledge.checks import VALIDATORS
+    from bailing_knowledge.conf import DEFAULTS
+
+    assert set(VALIDATORS) == set(DEFAULTS)
+    assert _messages(dict(DEFAULTS)) == []

@@ -54,6 +54,7 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "WordLlamaEmbedder",
     "backend_class",
+    "check_embedder",
     "get_embedder",
 ]
 
@@ -99,8 +100,7 @@ def backend_class(alias: str) -> type[BaseEmbedder]:
     return backend
 
 
-def _build(alias: str) -> BaseEmbedder:
-    config = _entry(alias)
+def _fusion_weight(alias: str, config: Mapping[str, Any]) -> float | None:
     weight = config.get("FUSION_WEIGHT")
     if weight is not None and (
         isinstance(weight, bool)
@@ -111,10 +111,39 @@ def _build(alias: str) -> BaseEmbedder:
             f"{SETTINGS_NAME}['EMBEDDERS'][{alias!r}]['FUSION_WEIGHT'] must be a number from 0 "
             f"to {MAX_FUSION_WEIGHT}."
         )
+    return None if weight is None else float(weight)
+
+
+def _build(alias: str) -> BaseEmbedder:
+    config = _entry(alias)
+    weight = _fusion_weight(alias, config)
     embedder = backend_class(alias)(alias, config.get("OPTIONS") or {})
     if weight is not None:
-        embedder.fusion_weight = float(weight)
+        embedder.fusion_weight = weight
     return embedder
+
+
+def check_embedder(alias: str) -> None:
+    """Raise ``ImproperlyConfigured`` for a bad entry, as its first use would.
+
+    For the system checks: the entry is built and closed again, except for a backend that
+    loads a model when built (its option names are checked, its values at first use) or
+    whose optional package is missing (a check of its own reports that).
+    """
+    config = _entry(alias)
+    _fusion_weight(alias, config)
+    backend = backend_class(alias)
+    if backend.missing_requirement():
+        return
+    options = config.get("OPTIONS") or {}
+    if backend.loads_model:
+        if not isinstance(options, Mapping):
+            raise ImproperlyConfigured(
+                f"{SETTINGS_NAME}['EMBEDDERS'][{alias!r}]['OPTIONS'] must be a dict."
+            )
+        backend.check_option_names(alias, options)
+    else:
+        _build(alias).close()
 
 
 def get_embedder(alias: str = "default") -> BaseEmbedder:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ...conf import SETTINGS_NAME
+from ...conf import SETTINGS_NAME, nearest_name
 
 __all__ = ["MAX_DIMENSIONS", "BaseEmbedder", "EmbedderError", "prefix_tag", "unit"]
 
@@ -37,6 +37,9 @@ class BaseEmbedder:
 
     #: Option names the backend accepts; anything else is a configuration error (a typo).
     option_names: ClassVar[frozenset[str]] = frozenset()
+    #: True when building the backend loads a model: the system checks then check its option
+    #: names only, and leave its values to the first use.
+    loads_model: ClassVar[bool] = False
 
     #: The alias under ``BAILING_KNOWLEDGE["EMBEDDERS"]`` this instance was built for.
     alias: str
@@ -80,12 +83,19 @@ class BaseEmbedder:
         if options is not None and not isinstance(options, Mapping):
             raise ImproperlyConfigured(f"{self._where()}['OPTIONS'] must be a dict.")
         self.options: dict[str, Any] = dict(options or {})
-        unknown = sorted(set(self.options) - self.option_names)
+        self.check_option_names(alias, self.options)
+
+    @classmethod
+    def check_option_names(cls, alias: str, options: Mapping[str, Any]) -> None:
+        """Refuse option names the backend does not know, suggesting the nearest one."""
+        unknown = sorted(set(options) - cls.option_names)
         if unknown:
-            allowed = ", ".join(sorted(self.option_names)) or "none"
+            allowed = ", ".join(sorted(cls.option_names)) or "none"
+            hint = nearest_name(unknown[0], cls.option_names)
             raise ImproperlyConfigured(
-                f"{self._where()}: unknown option(s) {', '.join(unknown)} for "
-                f"{type(self).__name__} (accepted: {allowed})."
+                f"{SETTINGS_NAME}['EMBEDDERS'][{alias!r}]: unknown option(s) "
+                f"{', '.join(unknown)} for {cls.__name__} (accepted: {allowed})."
+                + (f" Did you mean {hint!r}?" if hint else "")
             )
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:

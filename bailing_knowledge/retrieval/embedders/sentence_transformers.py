@@ -29,6 +29,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     option_names = frozenset(
         {"MODEL", "DEVICE", "BATCH_SIZE", "NORMALIZE", "QUERY_PREFIX", "DOCUMENT_PREFIX"}
     )
+    loads_model = True
     requires = ("sentence_transformers", "sentence-transformers")
 
     def __init__(self, alias: str = "default", options: Mapping[str, Any] | None = None) -> None:
