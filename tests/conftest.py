@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 import pytest
+from django.utils import deprecation
 
 from bailing_knowledge import services
+
+
+def pytest_configure(config):
+    """Fail on anything the next Django releases remove, so an upgrade finds nothing new.
+
+    Django 5.2 warns of what 6.0 and 6.1 remove; the classes come and go with releases, so
+    only those this Django has are named.
+    """
+    for name in (
+        "RemovedInDjango60Warning",
+        "RemovedInDjango61Warning",
+        "RemovedInDjango70Warning",
+    ):
+        if hasattr(deprecation, name):
+            config.addinivalue_line("filterwarnings", f"error::django.utils.deprecation.{name}")
 
 
 @pytest.fixture

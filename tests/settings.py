@@ -22,6 +22,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "bailing_knowledge",
 ]
 
@@ -67,3 +69,12 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Tests send hundreds of requests per minute; the throttle tests set their own rates.
 BAILING_KNOWLEDGE = {"THROTTLE_RATES": {"session": None, "client": None}}
+
+# The API docs pages, served as docs/installation.md shows (tests/api/test_docs_pages.py).
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+SPECTACULAR_SETTINGS = {
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SERVE_INCLUDE_SCHEMA": False,
+}

@@ -471,3 +471,26 @@ def test_reversing_drops_only_the_extension_the_migration_created(scratch_databa
             assert found is None
         else:
             assert found.endswith(CREATED_MARK)
+
+
+def test_the_example_warns_of_its_development_secret_key_only_for_deployment():
+    manage = Path(__file__).resolve().parent.parent / "example_project" / "manage.py"
+    env = {
+        **{
+            k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "SECRET_KEY")
+        },
+        "DATABASE_URL": connection_url(_admin_conninfo(), settings.DATABASES["default"]["NAME"]),
+    }
+
+    def check(*args: str) -> str:
+        result = subprocess.run(
+            [sys.executable, str(manage), "check", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return result.stdout + result.stderr
+
+    assert "demo.W001" not in check()
+    assert "demo.W001" in check("--deploy")

@@ -84,10 +84,14 @@ BAILING_KNOWLEDGE: dict = {
     },
 }
 
-# The OpenAPI schema of the agent API, and a browsable UI for it.
-INSTALLED_APPS += ["drf_spectacular"]
+# The OpenAPI schema of the agent API, and a browsable UI for it. Swagger UI and ReDoc come
+# from the drf-spectacular-sidecar package as static files: no CDN, so the pages work offline.
+INSTALLED_APPS += ["drf_spectacular", "drf_spectacular_sidecar"]
 REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 SPECTACULAR_SETTINGS = {
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "TITLE": "Agent knowledge API",
     "DESCRIPTION": "Governed knowledge search and read for AI agents (bailing.agent-knowledge.v1).",
     "VERSION": "1",
