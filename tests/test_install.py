@@ -260,7 +260,7 @@ def test_the_demo_serves_and_finds_a_paraphrase_with_wordllama(tmp_path, scratch
     """`make demo` end to end: the example project's embedder is WordLlama, so a query that
     shares no word with the refund policy ("money back") finds it first, over real HTTP."""
     pytest.importorskip("wordllama")
-    url = _url(_admin_conninfo(), scratch_database)
+    url = connection_url(_admin_conninfo(), scratch_database)
     env = {
         **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
         "DATABASE_URL": url,

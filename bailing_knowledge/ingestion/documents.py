@@ -24,12 +24,14 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 
+from .. import signals
 from ..conf import knowledge_settings
 from ..models import Chunk, Document, KnowledgeBase, content_hash
 from ..retrieval.analysis import check_language, document_terms
 from ..retrieval.embedders import EmbedderError, get_embedder
 from ..retrieval.lexical import chunk_terms, encode_terms
 from ..services.catalog import get_knowledge_base
+from ..signals import send_on_commit
 from .chunker import chunk_spans
 from .lexicon import rebuild_lexical_index
 from .loaders import storable_text
@@ -608,6 +610,15 @@ def _swap_in_once(kb: KnowledgeBase, batch: Sequence[_Prepared]) -> list[UpsertR
         _write_chunks(
             row for document, prepared in written for row in _chunk_rows(document, prepared)
         )
+    for result in results:
+        if result.outcome in ("created", "updated"):
+            send_on_commit(
+                signals.document_indexed,
+                Document,
+                document=result.document,
+                outcome=result.outcome,
+                chunks=result.chunks,
+            )
     return results
 
 
@@ -677,6 +688,9 @@ def set_knowledge_base_embedder(kb: KnowledgeBase | str, alias: str) -> Knowledg
     KnowledgeBase.objects.filter(pk=kb.pk).update(embedder=alias)
     kb.embedder = alias
     reindex_knowledge_base(kb)
+    send_on_commit(
+        signals.knowledge_base_changed, KnowledgeBase, knowledge_base=kb, change="embedder"
+    )
     return kb
 
 
@@ -694,6 +708,9 @@ def set_knowledge_base_language(kb: KnowledgeBase | str, language: str) -> Knowl
         KnowledgeBase.objects.filter(pk=kb.pk).update(language=language)
         kb.language = language
         rebuild_lexical_index(kb)
+        send_on_commit(
+            signals.knowledge_base_changed, KnowledgeBase, knowledge_base=kb, change="language"
+        )
     return kb
 
 
@@ -706,4 +723,6 @@ def delete_document(kb: KnowledgeBase | str, source_key: str) -> bool:
     if not documents.select_for_update().exists():
         return False
     deleted, _ = documents.delete()
+    if deleted:
+        send_on_commit(signals.document_deleted, Document, knowledge_base=kb, source_key=source_key)
     return bool(deleted)

@@ -13,9 +13,11 @@ from typing import Any, TypeVar
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
+from .. import signals
 from ..conf import knowledge_settings
 from ..models import Client, KnowledgeBase, Route
 from ..retrieval.analysis import DEFAULT_LANGUAGE, check_language
+from ..signals import send_on_commit
 
 M = TypeVar("M", bound=models.Model)
 
@@ -85,7 +87,7 @@ def create_knowledge_base(
     """
     _check_embedder(embedder)
     check_language(language)
-    return _save(
+    kb = _save(
         KnowledgeBase(
             slug=slug,
             title=title or slug,
@@ -96,6 +98,10 @@ def create_knowledge_base(
             language=language,
         )
     )
+    send_on_commit(
+        signals.knowledge_base_changed, KnowledgeBase, knowledge_base=kb, change="created"
+    )
+    return kb
 
 
 @transaction.atomic
@@ -104,6 +110,12 @@ def set_knowledge_base_enabled(kb: KnowledgeBase | str, enabled: bool) -> Knowle
     if kb.enabled != enabled:
         kb.enabled = enabled
         kb.save(update_fields=["enabled", "updated_at"])
+        send_on_commit(
+            signals.knowledge_base_changed,
+            KnowledgeBase,
+            knowledge_base=kb,
+            change="enabled" if enabled else "disabled",
+        )
     return kb
 
 

@@ -16,9 +16,10 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from .. import constants
+from .. import constants, signals
 from ..conf import knowledge_settings
 from ..models import AgentSession, Client, Route, hash_token
+from ..signals import send_on_commit
 from .catalog import _resolve, _resolve_all, get_client, get_route
 
 
@@ -121,6 +122,7 @@ def issue_session(
     session.full_clean()
     session.save()
     session.allowed_routes.set(resolved)
+    send_on_commit(signals.session_issued, AgentSession, session=session)
     return IssuedSession(session=session, access_token=token)
 
 
@@ -158,4 +160,5 @@ def revoke_session(session: AgentSession | str) -> AgentSession:
     if session.revoked_at is None:
         session.revoked_at = timezone.now()
         session.save(update_fields=["revoked_at"])
+        send_on_commit(signals.session_revoked, AgentSession, session=session)
     return session
