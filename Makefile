@@ -10,7 +10,7 @@ SCALES ?= 10k,100k
 # wordllama, hashing, or a backend's dotted path.
 EMBEDDER ?=
 
-.PHONY: install demo test stress lint format migrations-check bench bench-quality bench-embedders screenshots clean
+.PHONY: install demo test stress lint format migrations-check bench bench-quality bench-embedders screenshots dist check-install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,17 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+## The two wheels in dist/: bailing-knowledge (the app) and bailing-knowledge-client (the
+## HTTP client, tool definitions and MCP server, without Django).
+dist: $(STAMP)
+	$(PY) -m pip wheel --quiet --no-deps -w dist .
+	$(PY) scripts/build_client_dist.py dist
+
+## Both wheels in fresh virtualenvs, as a new team uses them: startproject, a PostgreSQL role
+## that is not a superuser, migrate, ingest, search and read over HTTP, the client's MCP server.
+check-install: $(STAMP)
+	$(PY) scripts/check_install.py
+
 ## Latency and throughput against their targets (TARGET lines): search, read, ingestion.
 ## SCALES=10k,100k,1m adds 1M chunks. Builds the databases on first use, then reuses them.
 bench: $(STAMP)
@@ -64,4 +75,4 @@ screenshots: $(STAMP)
 	BK_SCREENSHOTS=docs/images $(PY) -m pytest -m browser -q -rs tests/test_admin_browser.py
 
 clean:
-	rm -rf $(VENV) .data .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .data .pytest_cache .ruff_cache .hypothesis dist build
