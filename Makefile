@@ -10,7 +10,7 @@ SCALES ?= 10k,100k
 # wordllama, hashing, or a backend's dotted path.
 EMBEDDER ?=
 
-.PHONY: install demo test stress lint format migrations-check bench bench-quality bench-embedders screenshots dist check-install clean
+.PHONY: install demo test stress lint format migrations-check bench bench-quality bench-embedders screenshots bench-serving dist check-install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ check-install: $(STAMP)
 ## SCALES=10k,100k,1m adds 1M chunks. Builds the databases on first use, then reuses them.
 bench: $(STAMP)
 	$(PY) -m benchmarks.perf --scales $(SCALES)
+
+## Search through an HTTP server (runserver, gunicorn, granian) at 8 and 32 keep-alive
+## clients, as docs/deployment.md publishes it. Needs wrk (apt-get install wrk).
+bench-serving: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[deploy]'
+	$(PY) -m benchmarks.serving
 
 ## Retrieval quality (nDCG@10, QUALITY lines) of lexical, vector and hybrid search on a BEIR
 ## set, and the lexical leg's exactness against an exhaustive BM25 (a TARGET line).

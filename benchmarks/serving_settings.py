@@ -1,0 +1,12 @@
+"""The example project as `benchmarks.serving` serves it: production-like, throttles off.
+
+DEBUG off (no query log kept per request), persistent connections with health checks (as
+the example already has), and no throttles: one token sends thousands of searches a minute
+here, which the default rates would answer with 429.
+"""
+
+from example.settings import *  # noqa: F403
+
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+BAILING_KNOWLEDGE = {"THROTTLE_RATES": None}
