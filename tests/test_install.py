@@ -220,9 +220,15 @@ def test_migrations_reverse_and_reapply():
     call_command("migrate", "bailing_knowledge", verbosity=0)
 
 
-def test_the_demo_seeds_idempotently_and_prints_credentials(tmp_path, scratch_database):
-    """What `make demo` runs before serving, twice in a row, on an empty database."""
-    url = connection_url(_admin_conninfo(), scratch_database)
+def test_the_demo_seeds_idempotently_and_prints_credentials(tmp_path, scratch_database, app_role):
+    """What `make demo` runs before serving, twice in a row, on an empty database.
+
+    As a role whose password the server asks for: the URL handed to the process must carry it.
+    """
+    conninfo, _ = app_role
+    with _admin(scratch_database) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    url = connection_url(conninfo, scratch_database)
     env = {
         **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
         "DATABASE_URL": url,
