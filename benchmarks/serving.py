@@ -54,18 +54,23 @@ end
 """
 
 
+def _gunicorn(bind: str, threads: int) -> list[str]:
+    return [
+        sys.executable, "-m", "gunicorn", "example.wsgi:application",
+        "--workers", str(WORKERS), "--worker-class", "gthread", "--threads", str(threads),
+        "--keep-alive", "75", "--bind", bind, "--log-level", "warning",
+    ]  # fmt: skip
+
+
 def servers(port: int) -> dict[str, list[str]]:
-    python = sys.executable
+    """The configurations compared: one worker per core, and a thread count to vary."""
     bind = f"127.0.0.1:{port}"
     return {
-        "runserver": [python, str(EXAMPLE / "manage.py"), "runserver", bind, "--noreload"],
-        f"gunicorn gthread {WORKERS}x{THREADS}": [
-            python, "-m", "gunicorn", "example.wsgi:application",
-            "--workers", str(WORKERS), "--worker-class", "gthread", "--threads", str(THREADS),
-            "--keep-alive", "75", "--bind", bind, "--log-level", "warning",
-        ],
+        "runserver": [sys.executable, str(EXAMPLE / "manage.py"), "runserver", bind, "--noreload"],
+        f"gunicorn gthread {WORKERS}x{THREADS}": _gunicorn(bind, THREADS),
+        f"gunicorn gthread {WORKERS}x{2 * THREADS}": _gunicorn(bind, 2 * THREADS),
         f"granian wsgi {WORKERS}x{THREADS}": [
-            python, "-m", "granian", "--interface", "wsgi",
+            sys.executable, "-m", "granian", "--interface", "wsgi",
             "--workers", str(WORKERS), "--blocking-threads", str(THREADS),
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
             "example.wsgi:application",
