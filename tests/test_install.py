@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from io import StringIO
@@ -171,25 +171,24 @@ def scratch_database():
             )
 
 
-def _host_project(tmp_path: Path) -> Path:
-    """A project of its own, as `startproject` would lay it out, using the app."""
+def _host(tmp_path: Path, url: str) -> Callable[..., str]:
+    """A project of its own, as `startproject` lays one out, using the app on `url`.
+
+    Returns a function that runs Python in that project and gives back its stdout (with its
+    stderr when the run is expected to fail, `ok=False`).
+    """
     (tmp_path / "host").mkdir()
     (tmp_path / "host" / "__init__.py").write_text("")
     (tmp_path / "host" / "settings.py").write_text(textwrap.dedent(SETTINGS))
     (tmp_path / "host" / "urls.py").write_text(textwrap.dedent(URLS))
-    return tmp_path
-
-
-def test_existing_project_installs_migrates_and_serves(tmp_path, scratch_database):
-    _host_project(tmp_path)
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "host.settings",
         "PYTHONPATH": str(tmp_path),
-        "HOST_DB_URL": connection_url(_admin_conninfo(), scratch_database),
+        "HOST_DB_URL": url,
     }
 
-    def run(*args: str) -> str:
+    def run(*args: str, ok: bool = True) -> str:
         result = subprocess.run(
             [sys.executable, *args],
             cwd=tmp_path,
@@ -198,9 +197,14 @@ def test_existing_project_installs_migrates_and_serves(tmp_path, scratch_databas
             text=True,
             timeout=300,
         )
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+        assert (result.returncode == 0) == ok, result.stdout + result.stderr
+        return result.stdout if ok else result.stdout + result.stderr
 
+    return run
+
+
+def test_existing_project_installs_migrates_and_serves(tmp_path, scratch_database):
+    run = _host(tmp_path, connection_url(_admin_conninfo(), scratch_database))
     run("-m", "django", "migrate", "--noinput")
     assert "[X] 0001_initial" in run("-m", "django", "showmigrations", "bailing_knowledge")
     run("-m", "django", "check", "--database", "default", "--fail-level", "WARNING")
@@ -411,25 +415,7 @@ def test_a_role_without_superuser_rights_migrates_and_searches(
     if enforced:
         with pytest.raises(psycopg.OperationalError, match="password"):
             psycopg.connect(**{**conninfo, "dbname": scratch_database, "password": ""}).close()
-    project = _host_project(tmp_path)
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "host.settings",
-        "PYTHONPATH": str(project),
-        "HOST_DB_URL": connection_url(conninfo, scratch_database),
-    }
-
-    def run(*args: str, ok: bool = True) -> str:
-        result = subprocess.run(
-            [sys.executable, *args],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert (result.returncode == 0) == ok, result.stdout + result.stderr
-        return result.stdout + result.stderr
+    run = _host(tmp_path, connection_url(conninfo, scratch_database))
 
     # Without the extension, migrate stops at the system check with the statement to run.
     refused = run("-m", "django", "migrate", "--noinput", ok=False)
@@ -452,31 +438,11 @@ def test_a_role_without_superuser_rights_migrates_and_searches(
 
 def test_reversing_drops_only_the_extension_the_migration_created(scratch_database, tmp_path):
     """As a superuser the migration creates `vector` and marks it; reversing drops it."""
-    project = _host_project(tmp_path)
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "host.settings",
-        "PYTHONPATH": str(project),
-        "HOST_DB_URL": connection_url(_admin_conninfo(), scratch_database),
-    }
-    for args, comment in (
-        (["migrate"], "created"),
-        (["migrate", "bailing_knowledge", "zero"], None),
-    ):
-        result = subprocess.run(
-            [sys.executable, "-m", "django", *args, "--noinput"],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
-        found = _vector_comment(scratch_database)
-        if comment is None:
-            assert found is None
-        else:
-            assert found.endswith(CREATED_MARK)
+    run = _host(tmp_path, connection_url(_admin_conninfo(), scratch_database))
+    run("-m", "django", "migrate", "--noinput")
+    assert _vector_comment(scratch_database).endswith(CREATED_MARK)
+    run("-m", "django", "migrate", "bailing_knowledge", "zero", "--noinput")
+    assert _vector_comment(scratch_database) is None
 
 
 def test_the_example_warns_of_its_development_secret_key_only_for_deployment():
