@@ -48,7 +48,9 @@ WHERE a.name = 'vector'
 _SCHEMA_STATE = """
 SELECT current_schema(),
        has_schema_privilege(current_schema(), 'CREATE'),
-       to_regclass('bailing_knowledge_knowledgebase') IS NOT NULL
+       to_regclass('bailing_knowledge_knowledgebase') IS NOT NULL,
+       pg_encoding_to_char(d.encoding)
+FROM pg_database d WHERE d.datname = current_database()
 """
 
 
@@ -70,7 +72,7 @@ def database_problems(connection: Any) -> list[str]:
         cursor.execute(_EXTENSION_STATE)
         extension = cursor.fetchone()
         cursor.execute(_SCHEMA_STATE)
-        schema, may_create_tables, migrated = cursor.fetchone()
+        schema, may_create_tables, migrated, encoding = cursor.fetchone()
     if extension is None:
         problems.append(PGVECTOR_MISSING)
     else:
@@ -85,6 +87,14 @@ def database_problems(connection: Any) -> list[str]:
                 f'CREATE EXTENSION vector; in that database once (psql -d "{database}" -c '
                 '"CREATE EXTENSION vector;"), then migrate runs as this role.'
             )
+    if encoding != "UTF8":
+        # Offsets in refs and read pages count characters, as Python and `substr` in a
+        # UTF-8 database do; in another encoding `substr` counts something else.
+        problems.append(
+            f"The database uses the {encoding} encoding; bailing_knowledge needs UTF8 (offsets "
+            "in its references count characters). Create the database with ENCODING 'UTF8' "
+            "(for example CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0)."
+        )
     if not migrated and not may_create_tables:
         problems.append(
             f"The role may not create tables in the schema {schema!r}. Make it the "

@@ -197,3 +197,40 @@ def test_every_key_has_a_validator():
 
     assert set(VALIDATORS) == set(DEFAULTS)
     assert _messages(dict(DEFAULTS)) == []
+
+
+def test_a_database_in_another_encoding_than_utf8_is_refused():
+    """References count characters, as `substr` does only in a UTF-8 database."""
+    import uuid
+
+    import psycopg
+    from django.db import connection
+    from django.db.backends.postgresql.base import DatabaseWrapper
+    from psycopg import sql
+
+    from bailing_knowledge.database import database_problems
+
+    name = f"bk_encoding_{uuid.uuid4().hex[:12]}"
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    admin = psycopg.connect(**params, autocommit=True)
+    try:
+        admin.execute(
+            sql.SQL(
+                "CREATE DATABASE {} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' "
+                "TEMPLATE template0"
+            ).format(sql.Identifier(name))
+        )
+        other = DatabaseWrapper({**connection.settings_dict, "NAME": name})
+        try:
+            problems = database_problems(other)
+        finally:
+            other.close()
+        assert any("SQL_ASCII encoding" in problem for problem in problems), problems
+        assert not any("encoding" in problem for problem in database_problems(connection))
+    finally:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        admin.close()
