@@ -1,4 +1,8 @@
-"""The per-request access checks, one SQL statement each: a token's live session, its route."""
+"""The access rules of agent calls: a token's live session, its route, a task's members.
+
+The per-request checks are one SQL statement each; the DRF permission classes, the
+authentication and the services all ask here, never decide for themselves.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from django.db import connections, models, router
 from django.db.models import Field, Model
 from django.utils import timezone
 
-from .models import AgentSession, Client, KnowledgeBase, Route
+from .models import AgentSession, Client, KnowledgeBase, Route, Task
 
 # Every rule is in SQL, in the PL/pgSQL functions of migration 0006: PostgreSQL keeps the
 # plan of a function's query for the life of the connection, where a statement sent with its
@@ -129,10 +133,30 @@ def live_session(token_hash: str, now: datetime) -> AgentSession | None:
 
 
 def admitted_route(session: AgentSession, route_key: str) -> Route | None:
-    """The route `route_key` if `session` may use it now, its knowledge bases prefetched."""
+    """The route `route_key` if `session` may use it now, its knowledge bases prefetched.
+
+    The route must be enabled, have its Agent Client runtime switched on, be among both the
+    client's and the session's routes, and admit the principal's audience. One statement,
+    which also brings the route's knowledge bases (`route.knowledge_bases.all()` is cached).
+    """
     params = [route_key, session.principal_audience, session.client_id, session.pk]
     fetched = _fetch(Route, _ADMITTED_ROUTE, params)
     return None if fetched is None else _route(*fetched)
+
+
+# The name the permission module has always exported.
+allowed_route = admitted_route
+
+
+def task_admits(task: Task | None, session: AgentSession) -> bool:
+    """Whether work bound to `task` may go on for `session`: the task is active and the
+    session still one of its members. Checked when a turn binds a task and on every search
+    and read made within a run bound to one."""
+    return (
+        task is not None
+        and task.state == Task.State.ACTIVE
+        and task.members.filter(pk=session.pk).exists()
+    )
 
 
 def live_session_and_route(token_hash: str, now: datetime, route_key: str) -> AgentSession | None:

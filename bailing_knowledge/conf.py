@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
@@ -117,3 +117,14 @@ def _reload(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_reload)
+
+
+def check_embedder_alias(alias: str) -> None:
+    """Refuse, as a field error on `embedder`, an alias that `EMBEDDERS` does not configure.
+
+    For input (a KB's embedder chosen by a person or a script): the alias must exist before a
+    KB points at it. Whether its entry builds is the embedders' own check.
+    """
+    if alias not in knowledge_settings.EMBEDDERS:
+        known = ", ".join(sorted(knowledge_settings.EMBEDDERS))
+        raise ValidationError({"embedder": f"Unknown embedder {alias!r} (configured: {known})."})

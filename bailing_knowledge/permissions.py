@@ -8,17 +8,10 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from . import access
-from .models import AgentSession, Route
+from .access import allowed_route
+from .models import AgentSession
 
-
-def allowed_route(session: AgentSession, route_key: str) -> Route | None:
-    """Return the route if `session` may use it now, else None.
-
-    The route must be enabled, have its Agent Client runtime switched on, be among both the
-    client's and the session's routes, and admit the principal's audience. One statement,
-    which also brings the route's knowledge bases (`route.knowledge_bases.all()` is cached).
-    """
-    return access.admitted_route(session, route_key)
+__all__ = ["AgentRoutePermission", "IsAgentSession", "allowed_route"]
 
 
 class AgentRoutePermission(BasePermission):
@@ -37,7 +30,7 @@ class AgentRoutePermission(BasePermission):
         # Usually already answered by the authentication's statement, for this request.
         checked, route = access.checked_route(session, route_key)
         if not checked:
-            route = allowed_route(session, route_key)
+            route = access.admitted_route(session, route_key)
         if route is None:
             return False
         request.agent_route = route

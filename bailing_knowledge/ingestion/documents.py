@@ -25,12 +25,13 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 
 from .. import signals
-from ..conf import knowledge_settings
+from ..conf import check_embedder_alias, knowledge_settings
+from ..lookups import get_knowledge_base
 from ..models import Chunk, Document, KnowledgeBase, content_hash
 from ..retrieval.analysis import check_language, document_terms
 from ..retrieval.embedders import EmbedderError, get_embedder
 from ..retrieval.lexical import chunk_terms, encode_terms
-from ..services.catalog import get_knowledge_base
+from ..retrieval.visibility import VISIBILITY_KEYS
 from ..signals import send_on_commit
 from .chunker import chunk_spans
 from .lexicon import rebuild_lexical_index
@@ -39,9 +40,6 @@ from .tasks import enqueue, runs_inline, task
 
 SOURCE_KEY_MAX = Document._meta.get_field("source_key").max_length
 TITLE_MAX = Document._meta.get_field("title").max_length
-
-# Metadata keys that restrict who sees a document (lists of strings).
-VISIBILITY_KEYS = ("audiences", "roles")
 
 # `upsert_documents` batches: documents per transaction, and body characters per batch
 # (bounds the memory of the two batches in flight: about 2,500 chunks each).
@@ -679,10 +677,8 @@ def reindex_knowledge_base(kb: KnowledgeBase | str) -> list[UpsertResult]:
 
 def set_knowledge_base_embedder(kb: KnowledgeBase | str, alias: str) -> KnowledgeBase:
     """Switch a KB to another embedder and re-embed its documents with it."""
-    from ..services.catalog import _check_embedder
-
     kb = get_knowledge_base(kb)
-    _check_embedder(alias)
+    check_embedder_alias(alias)
     if kb.embedder == alias:
         return kb
     KnowledgeBase.objects.filter(pk=kb.pk).update(embedder=alias)

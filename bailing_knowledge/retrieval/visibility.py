@@ -1,7 +1,9 @@
-"""Who is searching, and the SQL that hides from them what they may not see.
+"""What a principal may see: the one definition, as SQL and as a per-document check.
 
-Both legs of a search put these conditions in their own WHERE clause, before any ranking, so
-a hidden document never takes a candidate slot, a rank or a share of a score.
+Both legs of a search put the SQL conditions in their own WHERE clause, before any ranking,
+so a hidden document never takes a candidate slot, a rank or a share of a score. A read
+fetches one document and applies `Visibility.admits` to its metadata: the same rule, which
+tests/retrieval/test_visibility.py checks against the SQL over generated metadata.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import KnowledgeBase
+from ..models import AgentSession, KnowledgeBase
+
+# Metadata keys that restrict who sees a document: lists of strings, absent for everyone.
+VISIBILITY_KEYS = ("audiences", "roles")
 
 # A chunk `c` of a document `d` is visible: current revision of a ready document, and the
 # principal's audience and roles admitted by the document's metadata.
@@ -36,6 +41,33 @@ class Visibility:
     def params(self, kb_ids: Sequence[int]) -> dict[str, Any]:
         """The parameters `VISIBLE_SQL` and `DOCUMENT_VISIBLE_SQL` expect."""
         return {"kbs": list(kb_ids), "audience": self.audience, "roles": list(self.roles)}
+
+    def admits(self, metadata: dict[str, Any]) -> bool:
+        """Whether a document with this metadata is visible: the audience and role part of
+        `DOCUMENT_VISIBLE_SQL`, with PostgreSQL's `?` and `?|` semantics, so that a key
+        present with any value (`null` included) restricts exactly as it does in SQL."""
+        if "audiences" in metadata and not _jsonb_has_any(metadata["audiences"], [self.audience]):
+            return False
+        return "roles" not in metadata or _jsonb_has_any(metadata["roles"], self.roles)
+
+
+def _jsonb_has_any(value: Any, keys: Sequence[str]) -> bool:
+    """PostgreSQL's `value ?| keys`: a key is an element string of an array, a key of an
+    object, or the string itself; nothing else (numbers, null, nested values) matches."""
+    if isinstance(value, list):
+        return any(isinstance(item, str) and item in keys for item in value)
+    if isinstance(value, dict):
+        return any(key in value for key in keys)
+    return isinstance(value, str) and value in keys
+
+
+def visibility_for(session: AgentSession) -> Visibility:
+    """The principal an agent session acts for, as searches and reads see it."""
+    return Visibility(
+        tenant=session.principal_tenant,
+        audience=session.principal_audience,
+        roles=tuple(session.principal_roles),
+    )
 
 
 def searchable_knowledge_bases(

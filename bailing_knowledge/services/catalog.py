@@ -14,7 +14,8 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
 from .. import signals
-from ..conf import knowledge_settings
+from ..conf import check_embedder_alias
+from ..lookups import get_client, get_knowledge_base, get_route, resolve_all
 from ..models import Client, KnowledgeBase, Route
 from ..retrieval.analysis import DEFAULT_LANGUAGE, check_language
 from ..signals import send_on_commit
@@ -22,43 +23,10 @@ from ..signals import send_on_commit
 M = TypeVar("M", bound=models.Model)
 
 
-def _resolve(model: type[M], field: str, value: M | str) -> M:
-    if isinstance(value, model):
-        return value
-    if not isinstance(value, str) or not value:
-        raise ValidationError(f"Expected a {model._meta.verbose_name} or its {field}.")
-    try:
-        return model._default_manager.get(**{field: value})
-    except model.DoesNotExist:
-        raise model.DoesNotExist(f"No {model._meta.verbose_name} with {field} {value!r}.") from None
-
-
-def get_knowledge_base(kb: KnowledgeBase | str) -> KnowledgeBase:
-    return _resolve(KnowledgeBase, "slug", kb)
-
-
-def get_route(route: Route | str) -> Route:
-    return _resolve(Route, "route_key", route)
-
-
-def get_client(client: Client | str) -> Client:
-    return _resolve(Client, "app_id", client)
-
-
-def _resolve_all(model: type[M], field: str, values: Iterable[M | str]) -> list[M]:
-    return [_resolve(model, field, value) for value in dict.fromkeys(values)]
-
-
 def _save(instance: M) -> M:
     instance.full_clean()
     instance.save()
     return instance
-
-
-def _check_embedder(alias: str) -> None:
-    if alias not in knowledge_settings.EMBEDDERS:
-        known = ", ".join(sorted(knowledge_settings.EMBEDDERS))
-        raise ValidationError({"embedder": f"Unknown embedder {alias!r} (configured: {known})."})
 
 
 def _clean_audiences(audiences: Iterable[str]) -> list[str]:
@@ -85,7 +53,7 @@ def create_knowledge_base(
     queries against them are cut into lexical terms; change it later with
     `ingestion.documents.set_knowledge_base_language`, which re-indexes the documents.
     """
-    _check_embedder(embedder)
+    check_embedder_alias(embedder)
     check_language(language)
     kb = _save(
         KnowledgeBase(
@@ -135,7 +103,7 @@ def create_route(
     knowledge_mode: str = Route.Mode.CHUNK,
 ) -> Route:
     """Create a route (workspace) and bind its knowledge bases."""
-    kbs = _resolve_all(KnowledgeBase, "slug", knowledge_bases)
+    kbs = resolve_all(KnowledgeBase, "slug", knowledge_bases)
     route = _save(
         Route(
             route_key=route_key,
@@ -191,11 +159,11 @@ def update_route(
         route.allowed_audiences = _clean_audiences(audiences)
     _save(route)
     if knowledge_bases is not None:
-        route.knowledge_bases.set(_resolve_all(KnowledgeBase, "slug", knowledge_bases))
+        route.knowledge_bases.set(resolve_all(KnowledgeBase, "slug", knowledge_bases))
     if add_knowledge_bases:
-        route.knowledge_bases.add(*_resolve_all(KnowledgeBase, "slug", add_knowledge_bases))
+        route.knowledge_bases.add(*resolve_all(KnowledgeBase, "slug", add_knowledge_bases))
     if remove_knowledge_bases:
-        route.knowledge_bases.remove(*_resolve_all(KnowledgeBase, "slug", remove_knowledge_bases))
+        route.knowledge_bases.remove(*resolve_all(KnowledgeBase, "slug", remove_knowledge_bases))
     return route
 
 
@@ -225,7 +193,7 @@ def create_client(
     enabled: bool = True,
 ) -> Client:
     """Register an agent application and the routes it may use."""
-    resolved = _resolve_all(Route, "route_key", routes)
+    resolved = resolve_all(Route, "route_key", routes)
     client = _save(Client(app_id=app_id, name=name or app_id, enabled=enabled))
     client.allowed_routes.set(resolved)
     return client
@@ -244,7 +212,7 @@ def update_client(
         client.full_clean()
         client.save(update_fields=["name", "updated_at"])
     if routes is not None:
-        client.allowed_routes.set(_resolve_all(Route, "route_key", routes))
+        client.allowed_routes.set(resolve_all(Route, "route_key", routes))
     return client
 
 

@@ -38,7 +38,7 @@ from ..exceptions import (
 )
 from ..ingestion.chunker import PieceTooShort, find_headings, last_heading
 from ..models import AgentSession, Document, Route, Run
-from ..retrieval.hybrid import searchable_knowledge_bases
+from ..retrieval.visibility import searchable_knowledge_bases, visibility_for
 from ..signing import (
     CursorClaims,
     Identity,
@@ -50,7 +50,6 @@ from ..signing import (
     verify_reference,
 )
 from .runs import current_run
-from .search import visibility_for
 
 # Characters read past the last one a cut may keep: the grapheme segmenter looks one past its
 # stop, and one more tells "the body goes on" from "the body ends here".
@@ -170,18 +169,9 @@ def _current_document(
     title, metadata, total_bytes, *body = row
     if isinstance(metadata, str):  # Django's PostgreSQL backend leaves jsonb undecoded
         metadata = json.loads(metadata)
-    if not _visible(metadata, visibility.audience, visibility.roles):
+    if not visibility.admits(metadata):
         raise KnowledgeChanged()
     return (title, total_bytes, *body)
-
-
-def _visible(metadata: dict[str, Any], audience: str, roles: tuple[str, ...]) -> bool:
-    """The same audience/role rule the search applies in SQL."""
-    audiences = metadata.get("audiences")
-    allowed_roles = metadata.get("roles")
-    if audiences is not None and audience not in audiences:
-        return False
-    return allowed_roles is None or bool(set(allowed_roles) & set(roles))
 
 
 def _slice(

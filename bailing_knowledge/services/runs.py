@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ..access import task_admits
 from ..exceptions import RunNotCurrent
-from ..models import AgentSession, Route, Run, Task
+from ..models import AgentSession, Route, Run
 
 
 def current_run(
@@ -24,8 +25,6 @@ def current_run(
     states = {Run.State.CONTEXT_READY} | ({Run.State.PREPARING} if allow_preparing else set())
     if run is None or run.state not in states:
         raise RunNotCurrent()
-    if run.task_id is not None and (
-        run.task.state != Task.State.ACTIVE or not run.task.members.filter(pk=session.pk).exists()
-    ):
+    if run.task_id is not None and not task_admits(run.task, session):
         raise RunNotCurrent()
     return run

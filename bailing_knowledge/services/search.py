@@ -10,17 +10,10 @@ from typing import Any
 from .. import constants
 from ..budget import fit_search_response
 from ..models import AgentSession, Route, Run
-from ..retrieval.hybrid import Hit, HybridSearch, Visibility, searchable_knowledge_bases
+from ..retrieval.hybrid import Hit, HybridSearch, searchable_knowledge_bases
+from ..retrieval.visibility import visibility_for
 from ..signing import Identity, ReferenceClaims, sign_reference
 from .capabilities import knowledge_available
-
-
-def visibility_for(session: AgentSession) -> Visibility:
-    return Visibility(
-        tenant=session.principal_tenant,
-        audience=session.principal_audience,
-        roles=tuple(session.principal_roles),
-    )
 
 
 @dataclass(frozen=True)

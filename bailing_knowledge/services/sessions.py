@@ -18,9 +18,9 @@ from django.utils import timezone
 
 from .. import constants, signals
 from ..conf import knowledge_settings
+from ..lookups import get_client, get_route, get_session, resolve_all
 from ..models import AgentSession, Client, Route, hash_token
 from ..signals import send_on_commit
-from .catalog import _resolve, _resolve_all, get_client, get_route
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def issue_session(
         raise ValidationError({"client": f"Client {client.app_id!r} is disabled."})
     if not principal_id or not principal_id.strip():
         raise ValidationError({"principal_id": "A principal id is required."})
-    resolved = _resolve_all(Route, "route_key", routes)
+    resolved = resolve_all(Route, "route_key", routes)
     if not resolved:
         raise ValidationError({"routes": "A session needs at least one route."})
     allowed = set(client.allowed_routes.values_list("pk", flat=True))
@@ -124,10 +124,6 @@ def issue_session(
     session.allowed_routes.set(resolved)
     send_on_commit(signals.session_issued, AgentSession, session=session)
     return IssuedSession(session=session, access_token=token)
-
-
-def get_session(session: AgentSession | str) -> AgentSession:
-    return _resolve(AgentSession, "session_id", session)
 
 
 def list_sessions(

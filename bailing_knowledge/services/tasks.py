@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from ..lookups import get_task, resolve_all
 from ..models import AgentSession, Task
-from .catalog import _resolve, _resolve_all
 
 # Allowed state changes: a cancelled task stays cancelled.
 TRANSITIONS = {
@@ -22,10 +22,6 @@ TRANSITIONS = {
     Task.State.PAUSED: {Task.State.ACTIVE, Task.State.CANCELLED},
     Task.State.CANCELLED: set(),
 }
-
-
-def get_task(task: Task | str) -> Task:
-    return _resolve(Task, "task_id", task)
 
 
 def task_scope_hash(task: Task) -> str:
@@ -43,7 +39,7 @@ def create_task(title: str, *, members: Iterable[AgentSession | str] = ()) -> Ta
     task = Task(title=title.strip())
     task.full_clean()
     task.save()
-    task.members.set(_resolve_all(AgentSession, "session_id", members))
+    task.members.set(resolve_all(AgentSession, "session_id", members))
     return task
 
 
@@ -77,12 +73,12 @@ def cancel_task(task: Task | str) -> Task:
 @transaction.atomic
 def add_task_members(task: Task | str, sessions: Iterable[AgentSession | str]) -> Task:
     task = get_task(task)
-    task.members.add(*_resolve_all(AgentSession, "session_id", sessions))
+    task.members.add(*resolve_all(AgentSession, "session_id", sessions))
     return task
 
 
 @transaction.atomic
 def remove_task_members(task: Task | str, sessions: Iterable[AgentSession | str]) -> Task:
     task = get_task(task)
-    task.members.remove(*_resolve_all(AgentSession, "session_id", sessions))
+    task.members.remove(*resolve_all(AgentSession, "session_id", sessions))
     return task

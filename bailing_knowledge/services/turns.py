@@ -20,11 +20,11 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from .. import constants
+from ..access import admitted_route, task_admits
 from ..budget import cut_to_bytes, escaped_len, fit_search_response
 from ..conf import knowledge_settings
 from ..exceptions import IdempotencyConflict, RouteNotAllowed, RunNotCurrent, log_database_error
 from ..models import AgentSession, Document, Route, Run, Task
-from ..permissions import allowed_route
 from .search import find_hits, search_hints, sign_hits
 from .tasks import task_scope_hash
 
@@ -160,11 +160,7 @@ def _bound_task(session: AgentSession, binding: dict[str, Any] | None) -> Task |
     if binding is None:
         return None
     task = Task.objects.filter(task_id=binding["task_id"]).first()
-    if (
-        task is None
-        or task.state != Task.State.ACTIVE
-        or not task.members.filter(pk=session.pk).exists()
-    ):
+    if not task_admits(task, session):
         raise RunNotCurrent()
     if binding["scope_hash"] != task_scope_hash(task):
         raise ValidationError({"task_binding": ["The scope hash is not the task's current one."]})
@@ -259,7 +255,7 @@ def complete_run(session: AgentSession, run_id: str, data: dict[str, Any]) -> di
         )
         if run is None:
             raise RunNotCurrent()
-        if allowed_route(session, run.route.route_key) is None:
+        if admitted_route(session, run.route.route_key) is None:
             raise RouteNotAllowed()
         if run.completion_hash:
             if run.completion_hash != fingerprint:

@@ -1,0 +1,81 @@
+"""The visibility rule: the SQL the searches filter with and the check reads apply agree."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bailing_knowledge import services
+from bailing_knowledge.retrieval.visibility import (
+    DOCUMENT_VISIBLE_SQL,
+    Visibility,
+    visibility_for,
+)
+
+# The real fragment, over one ready document `d` and one chunk `c` of its current revision:
+# only the metadata and the principal vary.
+_FRAGMENT = f"""
+SELECT {DOCUMENT_VISIBLE_SQL}
+FROM (SELECT 1 AS id, 'ready'::text AS status, 1 AS revision, %(metadata)s::jsonb AS metadata) d,
+     (SELECT 1 AS document_id, 1 AS revision) c
+"""
+
+NAMES = st.sampled_from(["", "staff", "public", "support", "admin", "Staff"])
+JSON_SCALARS = st.none() | st.booleans() | st.integers(-3, 3) | NAMES
+# What the restricting keys may hold: what ingestion accepts (absent, null, lists of names)
+# and what an edit outside it could leave (scalars, mixed lists, objects).
+KEY_VALUES = (
+    st.lists(NAMES.filter(bool), max_size=4)
+    | st.lists(JSON_SCALARS, max_size=4)
+    | st.dictionaries(NAMES, JSON_SCALARS, max_size=3)
+    | JSON_SCALARS
+)
+METADATA = st.fixed_dictionaries(
+    {},
+    optional={"audiences": KEY_VALUES, "roles": KEY_VALUES, "source": st.text(max_size=5)},
+)
+PRINCIPALS = st.builds(Visibility, audience=NAMES, roles=st.lists(NAMES, max_size=3).map(tuple))
+
+
+def _sql_admits(visibility: Visibility, metadata: dict) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(_FRAGMENT, {**visibility.params([]), "metadata": json.dumps(metadata)})
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(visibility=PRINCIPALS, metadata=METADATA)
+def test_the_python_check_agrees_with_the_sql(visibility, metadata):
+    assert visibility.admits(metadata) is _sql_admits(visibility, metadata)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "visible"),
+    [
+        ({}, True),
+        ({"audiences": ["staff"]}, True),
+        ({"audiences": ["public"]}, False),
+        ({"roles": ["admin", "support"]}, True),
+        ({"roles": ["admin"]}, False),
+        ({"roles": []}, False),
+        # A key present restricts, whatever it holds: null admits no one.
+        ({"audiences": None}, False),
+        ({"roles": None}, False),
+    ],
+)
+def test_what_a_staff_support_principal_sees(metadata, visible):
+    assert Visibility(audience="staff", roles=("support",)).admits(metadata) is visible
+
+
+def test_a_session_is_seen_as_its_principal(issued):
+    session = services.get_session(issued.session_id)
+    assert visibility_for(session) == Visibility(
+        tenant="acme", audience="staff", roles=("support",)
+    )
