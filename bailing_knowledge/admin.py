@@ -503,12 +503,7 @@ class ClientAdmin(admin.ModelAdmin):
             .get_queryset(request)
             .annotate(
                 route_count=_count(Client.allowed_routes.through.objects.all(), "client"),
-                active_session_count=_count(
-                    AgentSession.objects.all(),
-                    "client",
-                    revoked_at__isnull=True,
-                    expires_at__gt=Now(),
-                ),
+                active_session_count=_count(AgentSession.objects.active(Now()), "client"),
             )
         )
 
@@ -690,12 +685,11 @@ class SessionStatusFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
         value = self.value()
         if value == "active":
-            return queryset.filter(pk__in=services.list_sessions(active=True).values("pk"))
+            return queryset.active()
         if value == "expired":
-            inactive = services.list_sessions(active=False).values("pk")
-            return queryset.filter(pk__in=inactive, revoked_at__isnull=True)
+            return queryset.expired()
         if value == "revoked":
-            return queryset.filter(revoked_at__isnull=False)
+            return queryset.revoked()
         return None
 
 
@@ -872,9 +866,7 @@ class AgentSessionAdmin(admin.ModelAdmin):
 
     @admin.display(description="status")
     def status(self, obj: AgentSession) -> str:
-        if obj.revoked_at is not None:
-            return "revoked"
-        return "active" if obj.is_active() else "expired"
+        return obj.status
 
     @admin.action(description="Revoke selected agent sessions", permissions=["change"])
     def revoke_sessions(self, request: HttpRequest, queryset: QuerySet) -> None:

@@ -224,6 +224,31 @@ class Client(models.Model):
         return self.app_id
 
 
+class AgentSessionQuerySet(models.QuerySet):
+    """Sessions by status: the one definition of active, expired and revoked in a query.
+
+    `now` is a datetime or a database expression (`Now()`); by default the current time.
+    A session is active until it is revoked or reaches `expires_at`; revoked wins over
+    expired. `AgentSession.status_at` is the same rule for one loaded row.
+    """
+
+    def active(self, now: Any = None) -> AgentSessionQuerySet:
+        return self.filter(revoked_at__isnull=True, expires_at__gt=_now(now))
+
+    def inactive(self, now: Any = None) -> AgentSessionQuerySet:
+        return self.exclude(revoked_at__isnull=True, expires_at__gt=_now(now))
+
+    def expired(self, now: Any = None) -> AgentSessionQuerySet:
+        return self.filter(revoked_at__isnull=True, expires_at__lte=_now(now))
+
+    def revoked(self) -> AgentSessionQuerySet:
+        return self.filter(revoked_at__isnull=False)
+
+
+def _now(now: Any) -> Any:
+    return timezone.now() if now is None else now
+
+
 class AgentSession(models.Model):
     """One authorization of a client for one business principal, reached by a bearer token.
 
@@ -248,6 +273,13 @@ class AgentSession(models.Model):
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = AgentSessionQuerySet.as_manager()
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        EXPIRED = "expired", "Expired"
+        REVOKED = "revoked", "Revoked"
 
     class Meta:
         ordering = ["-created_at"]
@@ -276,9 +308,19 @@ class AgentSession(models.Model):
             "audience": self.principal_audience,
         }
 
+    def status_at(self, now: Any = None) -> str:
+        """`Status` of this session at `now` (default: the current time)."""
+        if self.revoked_at is not None:
+            return self.Status.REVOKED.value
+        active = self.expires_at > _now(now)
+        return (self.Status.ACTIVE if active else self.Status.EXPIRED).value
+
+    @property
+    def status(self) -> str:
+        return self.status_at()
+
     def is_active(self, now: Any = None) -> bool:
-        now = now or timezone.now()
-        return self.revoked_at is None and self.expires_at > now
+        return self.status_at(now) == self.Status.ACTIVE
 
 
 class Document(models.Model):

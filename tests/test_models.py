@@ -179,3 +179,26 @@ def test_str_of_every_model(issued, kb, route, agent_client):
     assert issued.session.session_id in str(issued.session)
     assert "a.md" in str(doc)
     assert "t" in str(Task.objects.create(title="t"))
+
+
+def test_session_status_is_one_rule_for_rows_and_queries(agent_client, route):
+    """`AgentSession.objects.active()/expired()/revoked()` select exactly the rows whose
+    `status_at` says so, at any instant: before, at and after a session's expiry."""
+    issue = services.issue_session
+    live = issue(agent_client, principal_id="a", routes=[route], lifetime=3600).session
+    short = issue(agent_client, principal_id="b", routes=[route], lifetime=60).session
+    revoked = services.revoke_session(issue(agent_client, principal_id="c", routes=[route]).session)
+    sessions = AgentSession.objects.all()
+    for now in (timezone.now(), short.expires_at, short.expires_at + timedelta(seconds=1)):
+        by_status = {
+            "active": set(sessions.active(now)),
+            "expired": set(sessions.expired(now)),
+            "revoked": set(sessions.revoked()),
+        }
+        for session in (live, short, revoked):
+            session.refresh_from_db()
+            holding = {status for status, rows in by_status.items() if session in rows}
+            assert holding == {session.status_at(now)}
+            assert (session in set(sessions.inactive(now))) is not session.is_active(now)
+    assert short.status_at(short.expires_at) == "expired"
+    assert (live.status, revoked.status) == ("active", "revoked")

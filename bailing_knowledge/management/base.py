@@ -132,12 +132,6 @@ def task_data(task: Task) -> dict[str, Any]:
     }
 
 
-def session_status(session: AgentSession, now: datetime | None = None) -> str:
-    if session.revoked_at is not None:
-        return "revoked"
-    return "active" if session.is_active(now) else "expired"
-
-
 def session_data(session: AgentSession, now: datetime | None = None) -> dict[str, Any]:
     """A session without its secret: `token_hint` is a non-secret prefix, never the token."""
     return {
@@ -148,7 +142,7 @@ def session_data(session: AgentSession, now: datetime | None = None) -> dict[str
         "routes": sorted(route.route_key for route in session.allowed_routes.all()),
         "token_hint": session.token_hint,
         "device_label": session.device_label,
-        "status": session_status(session, now),
+        "status": session.status_at(now),
         "active": session.is_active(now),
         "created_at": iso(session.created_at),
         "expires_at": iso(session.expires_at),

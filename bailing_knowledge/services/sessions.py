@@ -141,11 +141,10 @@ def list_sessions(
         sessions = sessions.filter(principal_id=principal_id)
     if route is not None:
         sessions = sessions.filter(allowed_routes=get_route(route))
-    now = timezone.now()
     if active is True:
-        sessions = sessions.filter(revoked_at__isnull=True, expires_at__gt=now)
+        sessions = sessions.active()
     elif active is False:
-        sessions = sessions.exclude(revoked_at__isnull=True, expires_at__gt=now)
+        sessions = sessions.inactive()
     return sessions
 
 
