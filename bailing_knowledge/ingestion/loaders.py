@@ -38,7 +38,7 @@ from typing import Any
 
 import regex
 
-from .chunker import find_headings, front_matter_end
+from ..markdown import find_headings, front_matter_end
 
 __all__ = [
     "SUPPORTED_SUFFIXES",

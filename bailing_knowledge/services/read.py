@@ -36,7 +36,7 @@ from ..exceptions import (
     KnowledgeReferenceInvalid,
     KnowledgeScopeChanged,
 )
-from ..ingestion.chunker import PieceTooShort, find_headings, last_heading
+from ..markdown import PieceTooShort, find_headings, last_heading
 from ..models import AgentSession, Document, Route, Run
 from ..retrieval.visibility import searchable_knowledge_bases, visibility_for
 from ..signing import (
