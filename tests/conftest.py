@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import pytest
+from django.conf import settings
 from django.utils import deprecation
 
 from bailing_knowledge import services
+from tests.settings_base import start_database
+
+
+@pytest.fixture(scope="session")
+def database_server(django_db_modify_db_settings_parallel_suffix):
+    """The test database's server, started on first need (DB-free runs start none)."""
+    start_database(settings.DATABASES["default"])
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(database_server):
+    """pytest-django's hook, run before the test database is created."""
 
 
 def pytest_configure(config):

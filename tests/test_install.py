@@ -156,7 +156,7 @@ def test_urls_carry_the_password():
 
 
 @pytest.fixture
-def scratch_database():
+def scratch_database(database_server):
     """A fresh, empty database on the test server, dropped afterwards."""
     name = f"bk_install_{uuid.uuid4().hex[:12]}"
     conninfo = {k: v for k, v in _admin_conninfo().items() if v}
@@ -445,7 +445,7 @@ def test_reversing_drops_only_the_extension_the_migration_created(scratch_databa
     assert _vector_comment(scratch_database) is None
 
 
-def test_the_example_warns_of_its_development_secret_key_only_for_deployment():
+def test_the_example_warns_of_its_development_secret_key_only_for_deployment(database_server):
     manage = Path(__file__).resolve().parent.parent / "example_project" / "manage.py"
     env = {
         **{
