@@ -402,7 +402,16 @@ def _move(doc, kb):
     Document.objects.filter(pk=doc.pk).update(knowledge_base=elsewhere)
 
 
-@pytest.mark.parametrize("change", [_update, _delete, _unready, _move])
+def _hide(doc, kb):
+    upsert_document(kb, doc.source_key, doc.title, doc.body, {"audiences": ["partners"]})
+
+
+def _restrict_to_no_one(doc, kb):
+    # A restricting key with no list restricts all the same, as the search's SQL has it.
+    upsert_document(kb, doc.source_key, doc.title, doc.body, {"roles": None})
+
+
+@pytest.mark.parametrize("change", [_update, _delete, _unready, _move, _hide, _restrict_to_no_one])
 def test_document_changes_are_409(agent, kb, doc, chain, change):
     ref, cursor = chain
     change(doc, kb)
