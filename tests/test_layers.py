@@ -27,8 +27,10 @@ LAYERS: list[tuple[str, set[str]]] = [
             "conf",
             "constants",
             "database",
+            "deadline",
             "embedded",
             "exceptions",
+            "logging_filters",
             "lookups",
             "markdown",
             "models",
@@ -45,6 +47,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "authentication",
             "middleware",
             "openapi",
+            "parsers",
             "permissions",
             "serializers",
             "throttling",
@@ -53,7 +56,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     # What Django or a person starts: they wire the layers below together.
-    ("entry", {"admin", "apps", "checks", "management", "migrations"}),
+    ("entry", {"admin", "admin_playground", "apps", "checks", "management", "migrations"}),
 ]
 LAYER_OF = {group: index for index, (_, groups) in enumerate(LAYERS) for group in groups}
 

@@ -22,10 +22,14 @@ from ..models import AgentSession, Chunk, Client, Document, KnowledgeBase, Route
 from ..retrieval.embedders import EmbedderError, get_embedder
 from ..retrieval.hybrid import Hit, HybridSearch, searchable_knowledge_bases
 from ..retrieval.lexical import lexical_ranking
-from ..retrieval.visibility import VISIBLE_SQL, Visibility, group_knowledge_bases
+from ..retrieval.visibility import (
+    VISIBLE_SQL,
+    Visibility,
+    group_knowledge_bases,
+    visibility_for,
+)
 from ..signing import Identity, SignatureError, verify_reference
 from .capabilities import knowledge_available
-from .search import visibility_for
 
 __all__ = [
     "Candidate",
