@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "markdown",
             "models",
             "renderers",
+            "signals",
             "signing",
         },
     ),
