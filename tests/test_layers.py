@@ -61,6 +61,22 @@ LAYERS: list[tuple[str, set[str]]] = [
 ]
 LAYER_OF = {group: index for index, (_, groups) in enumerate(LAYERS) for group in groups}
 
+# Within ingestion, one module per step, bottom to top: each imports only those before it.
+# `documents` re-exports the steps as the stable import path, so it comes last.
+INGESTION = [
+    "tasks",
+    "loaders",
+    "chunker",
+    "lexicon",
+    "outcomes",
+    "validation",
+    "preparation",
+    "storage",
+    "pipeline",
+    "maintenance",
+    "documents",
+]
+
 # The agent-side client runs in another process, often without Django: it stands apart and
 # may use only the wire constants and the package version.
 STANDALONE = {"client": {"", "constants", "client"}}
@@ -182,10 +198,27 @@ def test_no_private_name_is_imported_from_another_subpackage():
     ("module", "expected"),
     [
         ("bailing_knowledge.services.read", "bailing_knowledge.markdown"),
-        ("bailing_knowledge.ingestion.documents", "bailing_knowledge.lookups"),
+        ("bailing_knowledge.ingestion.pipeline", "bailing_knowledge.lookups"),
         ("bailing_knowledge.views", "bailing_knowledge.services"),
     ],
 )
 def test_the_walk_sees_relative_imports(module, expected):
     """The checks above are only as good as the resolution of `from ..x import y`."""
     assert expected in {target for _, target, _ in imports(module)}
+
+
+def test_ingestion_steps_import_only_the_steps_below_them():
+    package = f"{PACKAGE}.ingestion"
+    steps = {f"{package}.{name}": index for index, name in enumerate(["", *INGESTION])}
+    steps[package] = steps.pop(f"{package}.")
+    unplaced = sorted(
+        module for module in MODULES if module.startswith(f"{package}.") and module not in steps
+    )
+    assert not unplaced, f"give these a place in INGESTION in tests/test_layers.py: {unplaced}"
+    upward = [
+        f"{MODULES[module].relative_to(ROOT.parent)}:{line} imports {target}"
+        for module in steps
+        for line, target, _ in imports(module)
+        if target in steps and steps[target] >= steps[module]
+    ]
+    assert not upward, "ingestion steps importing a later step:\n" + "\n".join(upward)

@@ -9,7 +9,7 @@ with `run_task(task_name, kwargs)`. See docs/ingestion.md for Celery and Django 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -18,16 +18,35 @@ from ..conf import knowledge_settings
 F = TypeVar("F", bound=Callable[..., Any])
 
 _TASKS: dict[str, Callable[..., Any]] = {}
+_NAMES: dict[Callable[..., Any], str] = {}
 
 
-def task(func: F) -> F:
-    """Register `func` as a task under its dotted path."""
-    _TASKS[f"{func.__module__}.{func.__qualname__}"] = func
-    return func
+@overload
+def task(func: F, /) -> F: ...
+
+
+@overload
+def task(*, name: str) -> Callable[[F], F]: ...
+
+
+def task(func: F | None = None, /, *, name: str = "") -> F | Callable[[F], F]:
+    """Register `func` as a task under its dotted path, or under `name`.
+
+    A name is what queues carry: `name` keeps it stable when a task moves to another
+    module, so that work queued before an upgrade still runs after it.
+    """
+
+    def register(func: F) -> F:
+        registered = name or f"{func.__module__}.{func.__qualname__}"
+        _TASKS[registered] = func
+        _NAMES[func] = registered
+        return func
+
+    return register if func is None else register(func)
 
 
 def task_name(func: Callable[..., Any]) -> str:
-    return f"{func.__module__}.{func.__qualname__}"
+    return _NAMES.get(func) or f"{func.__module__}.{func.__qualname__}"
 
 
 def run_task(name: str, kwargs: dict[str, Any]) -> Any:

@@ -193,6 +193,34 @@ def test_a_queueing_runner_defers_the_work(kb, settings):
     assert Document.objects.get().status == "ready"
 
 
+def test_task_names_stay_those_queues_already_carry(kb, settings):
+    """The tasks moved to other modules; their names, which queued work holds, did not."""
+    document = ingest.upsert_document(kb, "a.md", "Title", BODY).document
+    settings.BAILING_KNOWLEDGE = {"TASK_RUNNER": "tests.ingestion.test_documents.queueing_runner"}
+    queued.clear()
+    assert ingest.reindex_document(document).outcome == ingest.DocumentOutcome.QUEUED
+    ((name, kwargs),) = queued
+    assert name == "bailing_knowledge.ingestion.documents.reindex_document_task"
+    indexing = task_name(ingest.index_document)
+    assert indexing == "bailing_knowledge.ingestion.documents.index_document"
+    assert run_task(name, kwargs).outcome == "updated"
+
+
+def test_outcomes_are_the_words_of_the_json_output(kb):
+    import json
+
+    result = ingest.upsert_document(kb, "a.md", "Title", BODY)
+    assert result.outcome is ingest.DocumentOutcome.CREATED
+    assert json.dumps({"outcome": result.outcome}) == '{"outcome": "created"}'
+    assert [str(outcome) for outcome in ingest.DocumentOutcome] == [
+        "created",
+        "updated",
+        "unchanged",
+        "queued",
+        "failed",
+    ]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_concurrent_reader_sees_the_old_or_the_new_revision_never_a_mix():
     kb = services.create_knowledge_base("live")
@@ -496,23 +524,6 @@ def test_unpaired_surrogates_are_removed_like_nul(kb):
     assert (result.document.title, result.document.body) == ("Title", "Body text")
 
 
-def test_the_staging_types_are_the_staging_tables(kb):
-    ingest.upsert_document(kb, "a.md", "Title", BODY)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT format_type(atttypid, NULL) FROM pg_attribute "
-            "WHERE attrelid = 'bailing_knowledge_chunk_stage'::regclass AND attnum > 0 "
-            "AND NOT attisdropped ORDER BY attnum"
-        )
-        actual = [row[0] for row in cursor.fetchall()]
-    # Binary-compatible: varchar takes text's binary form; a vector is sent as raw bytes in
-    # pgvector's binary form.
-    compatible = {("text", "character varying"), ("bytea", "vector")}
-    sent = list(ingest._STAGE_TYPES)
-    assert len(actual) == len(sent)
-    assert all(a == s or (s, a) in compatible for s, a in zip(sent, actual, strict=True)), actual
-
-
 def test_many_writes_in_one_transaction_leave_the_stage_empty(kb):
     from django.db import transaction
 
@@ -557,17 +568,3 @@ def test_concurrent_bulk_writers_of_the_same_keys_both_succeed():
         chunks = _chunks(document)
         assert chunks and {c.revision for c in chunks} == {document.revision}
         assert all(c.text == document.body[c.start : c.end] for c in chunks)
-
-
-def test_batches_start_small_and_respect_their_limits():
-    documents = _inputs(*[(f"{n}.md", "T", "x") for n in range(200)])
-    sizes = [len(batch) for batch in ingest._batches(documents, 64)]
-    assert sizes == [4, 8, 16, 32, 64, 64, 12]
-    repeated = _inputs(("a", "T", "x"), ("b", "T", "x"), ("a", "T", "y"), ("c", "T", "x"))
-    assert [[d.source_key for d in b] for b in ingest._batches(repeated, 64)] == [
-        ["a", "b"],
-        ["a", "c"],
-    ]
-    big = "x" * (ingest.BATCH_CHARACTERS // 2)
-    heavy = _inputs(*[(f"{n}.md", "T", big) for n in range(8)])
-    assert [len(b) for b in ingest._batches(heavy, 4)] == [2, 2, 2, 2]

@@ -1,0 +1,237 @@
+"""The ingestion pipeline: `upsert_document` and `upsert_documents`, in batches.
+
+Content is chunked and embedded (preparation) *before* the database is touched; storage
+then swaps the new revision in. `upsert_documents` overlaps the two: while one batch is
+written on the caller's connection, the next is prepared in a background thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from ..lookups import get_knowledge_base
+from ..models import Document, KnowledgeBase
+from .outcomes import DocumentOutcome, UpsertResult
+from .preparation import PreparedDocument, prepare_documents
+from .storage import is_current, record_failure, swap_in
+from .tasks import enqueue, runs_inline, task
+from .validation import CleanDocument, DocumentInput, clean_document, validation_message
+
+# `upsert_documents` batches: documents per transaction, and body characters per batch
+# (bounds the memory of the two batches in flight: about 2,500 chunks each).
+BATCH_DOCUMENTS = 64
+BATCH_CHARACTERS = 2_000_000
+
+
+def _keep_unchanged(document: Document, todo: CleanDocument) -> UpsertResult:
+    """An unchanged document still takes the new metadata (it needs no new revision)."""
+    if document.metadata != todo.metadata:
+        Document.objects.filter(pk=document.pk).update(metadata=todo.metadata)
+        document.metadata = todo.metadata
+    return UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=todo.source_key)
+
+
+def _current_documents(kb: KnowledgeBase, keys: Sequence[str]) -> dict[str, Document]:
+    # Bodies are not needed to compare hashes (and may be megabytes each).
+    found = Document.objects.filter(knowledge_base=kb, source_key__in=keys).defer("body")
+    return {document.source_key: document for document in found}
+
+
+def upsert_document(
+    kb: KnowledgeBase | str,
+    source_key: str,
+    title: str,
+    body: str,
+    metadata: dict[str, Any] | None = None,
+) -> UpsertResult:
+    """Create or update the document `source_key` of `kb`; idempotent.
+
+    Same title and body → `unchanged` (metadata is still updated); anything else → a new
+    revision, indexed through the task layer (inline by default → `created`/`updated`;
+    with a queueing runner → `queued`). Bad input raises `ValidationError`.
+    """
+    kb = get_knowledge_base(kb)
+    todo = clean_document(source_key, title, body, metadata)
+    existing = _current_documents(kb, [source_key]).get(source_key)
+    if existing is not None and is_current(existing, todo.digest):
+        return _keep_unchanged(existing, todo)
+    return _enqueue(kb, todo)
+
+
+def _enqueue(kb: KnowledgeBase, todo: CleanDocument) -> UpsertResult:
+    result = enqueue(
+        index_document,
+        knowledge_base_id=kb.pk,
+        source_key=todo.source_key,
+        title=todo.title,
+        body=todo.body,
+        metadata=todo.metadata,
+    )
+    if isinstance(result, UpsertResult):
+        return result
+    return UpsertResult(DocumentOutcome.QUEUED, source_key=todo.source_key)
+
+
+# Named after the module it was first defined in: the name is what a queue carries.
+@task(name="bailing_knowledge.ingestion.documents.index_document")
+def index_document(
+    knowledge_base_id: int, source_key: str, title: str, body: str, metadata: dict[str, Any]
+) -> UpsertResult:
+    """Index new content for a document and swap it in atomically."""
+    kb = KnowledgeBase.objects.get(pk=knowledge_base_id)
+    todo = clean_document(source_key, title, body, metadata)
+    (prepared,) = prepare_documents(kb.embedder, kb.language, [todo])
+    if isinstance(prepared, str):
+        return record_failure(kb, todo, prepared)
+    (result,) = swap_in(kb, [prepared])
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Many documents
+
+
+def upsert_documents(
+    kb: KnowledgeBase | str,
+    documents: Iterable[DocumentInput],
+    *,
+    batch_size: int = BATCH_DOCUMENTS,
+) -> Iterator[UpsertResult]:
+    """Upsert many documents; yields one result per input, in input order.
+
+    Each document gets what `upsert_document` would give it, except that bad input yields a
+    `failed` result (with the reason in `error`) instead of raising. It is much faster than
+    a loop of `upsert_document`: the unchanged check is one query per batch, a batch's new
+    revisions are swapped in by one transaction, and while one batch is written the next is
+    chunked and embedded in a background thread, so Python and PostgreSQL work at the same
+    time. The thread never touches the database: everything stays on the caller's
+    connection, inside the caller's transaction if there is one.
+
+    With a queueing task runner, each changed document becomes one task, as with
+    `upsert_document`.
+    """
+    kb = get_knowledge_base(kb)
+    batches = _batches(documents, max(1, batch_size))
+    if not runs_inline():
+        for batch in batches:
+            for slot in _triage(kb, batch):
+                yield _settled(slot) if slot.todo is None else _enqueue(kb, slot.todo)
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="bailing-knowledge-prepare")
+    try:
+        # The batch being prepared: its keys, its slots and its rows to come.
+        pending: tuple[set[str], list[_Slot], Future[list[PreparedDocument | str]]] | None
+        pending = None
+        for batch in batches:
+            keys = {document.source_key for document in batch}
+            if pending is not None and keys & pending[0]:
+                # A key of the batch not yet written: triage must see its new version.
+                yield from _finish(kb, *pending[1:])
+                pending = None
+            slots = _triage(kb, batch)
+            todos = [slot.todo for slot in slots if slot.todo is not None]
+            future = pool.submit(prepare_documents, kb.embedder, kb.language, todos)
+            if pending is not None:
+                yield from _finish(kb, *pending[1:])
+            pending = (keys, slots, future)
+        if pending is not None:
+            yield from _finish(kb, *pending[1:])
+    finally:
+        # Stopped early: drop the queued batch, wait for the one being prepared.
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass
+class _Slot:
+    """One input of a batch: the work to do, or why there is none (a failure, or the
+    document that already serves this content)."""
+
+    todo: CleanDocument | None = None
+    result: UpsertResult | None = None
+    unchanged: tuple[Document, CleanDocument] | None = None
+
+
+def _settled(slot: _Slot) -> UpsertResult:
+    """The result of a slot with no indexing to do; applies an unchanged document's new
+    metadata now, so that nothing of a batch is written before its results are due."""
+    if slot.unchanged is not None:
+        slot.result = _keep_unchanged(*slot.unchanged)
+        slot.unchanged = None
+    assert slot.result is not None
+    return slot.result
+
+
+def _batches(documents: Iterable[DocumentInput], size: int) -> Iterator[list[DocumentInput]]:
+    """Consecutive batches; a source key repeated within a batch starts a new one (its
+    second version must see the first one written).
+
+    The first batches are small (4, 8, 16, ... documents up to `size`): the database has
+    nothing to do until the first batch is embedded, so that one should be quick.
+    """
+    batch: list[DocumentInput] = []
+    keys: set[str] = set()
+    characters = 0
+    limit = min(size, 4)
+    for document in documents:
+        length = len(document.body) if isinstance(document.body, str) else 0
+        if batch and (
+            len(batch) >= limit
+            or document.source_key in keys
+            or characters + length > BATCH_CHARACTERS * limit // size
+        ):
+            yield batch
+            batch, keys, characters = [], set(), 0
+            limit = min(size, limit * 2)
+        batch.append(document)
+        keys.add(document.source_key)
+        characters += length
+    if batch:
+        yield batch
+
+
+def _triage(kb: KnowledgeBase, batch: Sequence[DocumentInput]) -> list[_Slot]:
+    """Validate a batch and settle its unchanged documents with one query."""
+    slots: list[_Slot] = []
+    for document in batch:
+        try:
+            todo = clean_document(
+                document.source_key, document.title, document.body, document.metadata
+            )
+        except ValidationError as exc:
+            failed = UpsertResult(
+                DocumentOutcome.FAILED,
+                error=validation_message(exc),
+                source_key=document.source_key,
+            )
+            slots.append(_Slot(result=failed))
+            continue
+        slots.append(_Slot(todo=todo))
+    existing = _current_documents(kb, [slot.todo.source_key for slot in slots if slot.todo])
+    for slot in slots:
+        current = existing.get(slot.todo.source_key) if slot.todo else None
+        if current is not None and is_current(current, slot.todo.digest):
+            slot.unchanged, slot.todo = (current, slot.todo), None
+    return slots
+
+
+def _finish(
+    kb: KnowledgeBase, slots: list[_Slot], future: Future[list[PreparedDocument | str]]
+) -> Iterator[UpsertResult]:
+    """Write a prepared batch; record the documents whose embedding failed."""
+    prepared = iter(future.result())
+    ready: list[PreparedDocument] = []
+    for slot in slots:
+        if slot.todo is not None:
+            outcome = next(prepared)
+            if isinstance(outcome, str):
+                slot.result, slot.todo = record_failure(kb, slot.todo, outcome), None
+            else:
+                ready.append(outcome)
+    written = iter(swap_in(kb, ready) if ready else [])
+    for slot in slots:
+        yield _settled(slot) if slot.todo is None else next(written)

@@ -1,0 +1,128 @@
+"""Preparation: a clean document cut into chunks, embedded and analysed, without the database.
+
+`prepare_documents` is the CPU (and embedder) half of indexing; storage is the other half.
+The pipeline runs it in a background thread while the previous batch is written, and the
+benchmarks time it on its own: it never touches a database connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from ..conf import knowledge_settings
+from ..retrieval.analysis import document_terms
+from ..retrieval.embedders import EmbedderError, get_embedder
+from ..retrieval.lexical import chunk_terms, encode_terms
+from .chunker import chunk_spans
+from .validation import CleanDocument
+
+# The largest finite half-precision value: the HNSW index holds vectors as `halfvec`.
+HALFVEC_MAX = 65504.0
+
+
+@dataclass(frozen=True)
+class PreparedDocument:
+    """A document's new content, cut and embedded: its chunk rows minus the document's ids.
+
+    A row is (ordinal, start, end, text, text hash, vector bytes, dimensions, lexical
+    length, lexical levels, lexical terms): storage prepends document id, KB id, revision.
+    """
+
+    document: CleanDocument
+    rows: list[tuple[Any, ...]] = field(repr=False)
+
+
+@lru_cache(maxsize=8)
+def _vector_format(dimensions: int) -> struct.Struct:
+    # pgvector's binary input: int16 dimensions, int16 unused, float4 values, big-endian.
+    return struct.Struct(f">hh{dimensions}f")
+
+
+def vector_bytes(vector: Sequence[float]) -> bytes:
+    """A vector in pgvector's binary wire format (what `COPY ... FORMAT BINARY` sends)."""
+    return _vector_format(len(vector)).pack(len(vector), 0, *vector)
+
+
+def _check_vector(vector: Sequence[float], dimensions: int) -> None:
+    if len(vector) != dimensions:
+        raise EmbedderError(
+            f"The embedder returned a vector of {len(vector)} dimensions, not {dimensions}."
+        )
+    total = sum(map(abs, vector))
+    if not total <= dimensions * HALFVEC_MAX or max(map(abs, vector)) > HALFVEC_MAX:
+        # NaN fails the first test, infinities and huge values one of the two.
+        raise EmbedderError(
+            "The embedder returned a vector value that is not finite or exceeds ±65504."
+        )
+
+
+def prepare_documents(
+    alias: str, language: str, documents: Sequence[CleanDocument]
+) -> list[PreparedDocument | str]:
+    """Cut, embed and analyse documents, in order: their rows, or why embedding failed.
+
+    `alias` names the embedder and `language` the text analysis (a knowledge base's
+    `embedder` and `language`). The chunks of all the documents go to the embedder in one
+    call (a remote embedder then fills its requests across documents); if that fails, each
+    document is retried alone so one bad document does not fail the others.
+    """
+    if not documents:
+        return []
+    spans = [
+        chunk_spans(
+            document.body,
+            target_chars=knowledge_settings.CHUNK_TARGET_CHARS,
+            overlap_chars=knowledge_settings.CHUNK_OVERLAP_CHARS,
+        )
+        for document in documents
+    ]
+    texts = [
+        [document.body[s.start : s.end] for s in cut]
+        for document, cut in zip(documents, spans, strict=True)
+    ]
+    embedder = get_embedder(alias)
+    flat = [text for pieces in texts for text in pieces]
+    try:
+        vectors = embedder.embed_documents(flat) if flat else []
+        if len(vectors) != len(flat):
+            raise EmbedderError("The embedder returned a different number of vectors.")
+        for vector in vectors:
+            _check_vector(vector, embedder.dimensions)
+    except EmbedderError as exc:
+        if len(documents) == 1:
+            return [f"Embedding failed: {exc}"]
+        return [
+            outcome
+            for document in documents
+            for outcome in prepare_documents(alias, language, [document])
+        ]
+    prepared: list[PreparedDocument | str] = []
+    position = 0
+    for document, cut, pieces in zip(documents, spans, texts, strict=True):
+        rows = []
+        title_terms = document_terms(document.title, language)
+        for ordinal, (span, text) in enumerate(zip(cut, pieces, strict=True)):
+            vector = vectors[position]
+            position += 1
+            lexical = encode_terms(chunk_terms(text, title_terms, language))
+            rows.append(
+                (
+                    ordinal,
+                    span.start,
+                    span.end,
+                    text,
+                    hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                    vector_bytes(vector),
+                    len(vector),
+                    lexical.length,
+                    lexical.levels,
+                    lexical.terms,
+                )
+            )
+        prepared.append(PreparedDocument(document, rows))
+    return prepared

@@ -1,0 +1,200 @@
+"""Storage: prepared documents become rows, a new revision swapped in per transaction.
+
+A batch's new revisions are written and the old chunks removed in one transaction together
+with the document rows, so a search or read statement sees the old revision or the new one,
+never a mix, and a document keeps serving its old revision until the new one is written.
+
+Chunk rows go to PostgreSQL with binary COPY into a session-local staging table and move to
+the chunk table in one `INSERT ... SELECT` that computes the `tsvector`: no per-row statement,
+no float formatting, no text parsing of vectors (docs/performance.md has the figures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from .. import signals
+from ..models import Chunk, Document, KnowledgeBase
+from ..signals import send_on_commit
+from .outcomes import INDEXED, DocumentOutcome, UpsertResult
+from .preparation import PreparedDocument
+from .validation import CleanDocument
+
+# The staging table is created once per database session, with the chunk table's own column
+# types (a rollback of the transaction that created it drops it: it is then made again).
+# Its rows live for one statement: they are not worth compressing (toast_tuple_target).
+_CREATE_STAGE = """
+CREATE TEMPORARY TABLE IF NOT EXISTS bailing_knowledge_chunk_stage
+WITH (toast_tuple_target = 8160) ON COMMIT DELETE ROWS AS
+SELECT document_id, knowledge_base_id, revision, ordinal, "start", "end", "text", text_hash,
+       embedding, embedding_dimensions, lexical_length, "text" AS levels, "text" AS terms
+FROM bailing_knowledge_chunk WITH NO DATA
+"""
+_COPY_STAGE = "COPY bailing_knowledge_chunk_stage FROM STDIN (FORMAT BINARY)"
+# Binary COPY carries no types: these are the staging table's columns (the chunk table's,
+# migrations); a vector goes as raw bytes in pgvector's own binary format, the lexemes as the
+# text of a tsvector (retrieval/lexical.py: `encode_terms`).
+STAGE_TYPES = (
+    "bigint", "bigint", "integer", "integer", "integer", "integer", "text", "text", "bytea",
+    "smallint", "integer", "text", "text",
+)  # fmt: skip
+_MOVE_STAGE = """
+INSERT INTO bailing_knowledge_chunk (
+    document_id, knowledge_base_id, revision, ordinal, "start", "end", "text", text_hash,
+    embedding, embedding_dimensions, lexical_length, search_vector, lexical_terms
+)
+SELECT document_id, knowledge_base_id, revision, ordinal, "start", "end", "text", text_hash,
+       embedding, embedding_dimensions, lexical_length, levels::tsvector, terms::tsvector
+FROM bailing_knowledge_chunk_stage
+"""
+# Several writes in one transaction (a caller's) must not see each other's rows, nor leave
+# dead ones behind to be scanned again.
+_EMPTY_STAGE = "TRUNCATE bailing_knowledge_chunk_stage"
+
+
+def is_current(document: Document, digest: str) -> bool:
+    """The document already serves exactly this content: nothing to index."""
+    return document.content_hash == digest and document.status == Document.Status.READY
+
+
+def write_chunks(rows: Iterable[tuple[Any, ...]]) -> None:
+    """Insert chunk rows (document id, KB id, revision, then a prepared row) in bulk."""
+    # Staging and moving must share a transaction (the stage is emptied at commit).
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_CREATE_STAGE)
+        with cursor.copy(_COPY_STAGE) as copy:
+            copy.set_types(STAGE_TYPES)
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(_MOVE_STAGE)
+        cursor.execute(_EMPTY_STAGE)
+
+
+def chunk_rows(document: Document, prepared: PreparedDocument) -> Iterator[tuple[Any, ...]]:
+    """The full chunk rows of a prepared document stored as `document`."""
+    head = (document.pk, document.knowledge_base_id, document.revision)
+    return (head + row for row in prepared.rows)
+
+
+def record_failure(kb: KnowledgeBase, todo: CleanDocument, error: str) -> UpsertResult:
+    """Keep a serving document serving; create a new one as `failed` so it can be retried."""
+    with transaction.atomic():
+        document = (
+            Document.objects.select_for_update()
+            .filter(knowledge_base=kb, source_key=todo.source_key)
+            .first()
+        )
+        if document is not None:
+            Document.objects.filter(pk=document.pk).update(last_error=error)
+            document.last_error = error
+        else:
+            document = Document.objects.create(
+                knowledge_base=kb,
+                source_key=todo.source_key,
+                title=todo.title,
+                body=todo.body,
+                metadata=todo.metadata,
+                content_hash=todo.digest,
+                status=Document.Status.FAILED,
+                last_error=error,
+            )
+    return UpsertResult(DocumentOutcome.FAILED, document, 0, error, todo.source_key)
+
+
+def swap_in(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[UpsertResult]:
+    """Swap the new revisions of a batch in, in one transaction; one result each, in order."""
+    attempts = len(batch) + 1
+    for attempt in range(attempts):
+        try:
+            with transaction.atomic():
+                return _swap_in_once(kb, batch)
+        except IntegrityError:
+            # Another writer created one of the batch's new keys first: the retry sees it
+            # and updates it instead. Each retry settles at least one key, hence the bound.
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+_SWAPPED_FIELDS = (
+    "title",
+    "body",
+    "metadata",
+    "content_hash",
+    "status",
+    "last_error",
+    "revision",
+    "updated_at",
+)
+
+
+def _swap_in_once(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[UpsertResult]:
+    keys = sorted(prepared.document.source_key for prepared in batch)
+    # Locked in key order, so concurrent batches cannot deadlock on each other (batches in
+    # one caller's transaction keep their locks until it ends: see docs/ingestion.md).
+    locked = {
+        document.source_key: document
+        for document in Document.objects.select_for_update()
+        .filter(knowledge_base=kb, source_key__in=keys)
+        .order_by("source_key")
+        .defer("body")
+    }
+    results: list[UpsertResult] = []
+    created: list[Document] = []
+    replaced: list[Document] = []
+    written: list[tuple[Document, PreparedDocument]] = []
+    for prepared in batch:
+        todo = prepared.document
+        document = locked.get(todo.source_key)
+        if document is not None and is_current(document, todo.digest):
+            # Another writer indexed the same content while this one was embedding.
+            results.append(
+                UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=todo.source_key)
+            )
+            continue
+        if document is None:
+            outcome = DocumentOutcome.CREATED
+            document = Document(knowledge_base=kb, source_key=todo.source_key, revision=1)
+            created.append(document)
+        elif document.status == Document.Status.READY or document.chunks.exists():
+            outcome = DocumentOutcome.UPDATED
+            document.revision += 1
+            replaced.append(document)
+        else:
+            # A failed first attempt never served: its retry is the document's first revision.
+            outcome = DocumentOutcome.CREATED
+            replaced.append(document)
+        document.title = todo.title
+        document.body = todo.body
+        document.metadata = todo.metadata
+        document.content_hash = todo.digest
+        document.status = Document.Status.READY
+        document.last_error = ""
+        written.append((document, prepared))
+        results.append(
+            UpsertResult(outcome, document, len(prepared.rows), source_key=todo.source_key)
+        )
+    if created:
+        # Key order here too: concurrent writers of the same new keys wait, never deadlock.
+        Document.objects.bulk_create(sorted(created, key=lambda document: document.source_key))
+    for document in replaced:
+        document.save(update_fields=_SWAPPED_FIELDS)
+    if replaced:
+        Chunk.objects.filter(document__in=replaced).delete()
+    if written:
+        write_chunks(
+            row for document, prepared in written for row in chunk_rows(document, prepared)
+        )
+    for result in results:
+        if result.outcome in INDEXED:
+            send_on_commit(
+                signals.document_indexed,
+                Document,
+                document=result.document,
+                outcome=result.outcome,
+                chunks=result.chunks,
+            )
+    return results
