@@ -125,7 +125,11 @@ def _bulk_load(corpus: Sequence[tuple[str, str]], target_chunks: int) -> dict[st
 
     from bailing_knowledge.conf import knowledge_settings
     from bailing_knowledge.ingestion.chunker import chunk_spans
-    from bailing_knowledge.ingestion.documents import DocumentInput, upsert_documents
+    from bailing_knowledge.ingestion.documents import (
+        DocumentInput,
+        DocumentOutcome,
+        upsert_documents,
+    )
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -156,7 +160,7 @@ def _bulk_load(corpus: Sequence[tuple[str, str]], target_chunks: int) -> dict[st
     started = time.perf_counter()
     chunks = documents = 0
     for result in upsert_documents(KB_SLUG, inputs()):
-        if result.outcome != "created":
+        if result.outcome != DocumentOutcome.CREATED:
             raise RuntimeError(f"{result.source_key}: {result.outcome} {result.error}")
         chunks += result.chunks
         documents += 1

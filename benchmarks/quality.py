@@ -99,7 +99,11 @@ def recall_at(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
 def load_corpus(data: BeirDataset, dbname: str) -> dict[str, Any]:
     """A fresh database and KB holding the corpus; returns load facts."""
     from bailing_knowledge import services
-    from bailing_knowledge.ingestion.documents import DocumentInput, upsert_documents
+    from bailing_knowledge.ingestion.documents import (
+        DocumentInput,
+        DocumentOutcome,
+        upsert_documents,
+    )
 
     create_database(dbname)
     services.create_knowledge_base(KB_SLUG, title=f"Quality: {data.name}")
@@ -113,7 +117,7 @@ def load_corpus(data: BeirDataset, dbname: str) -> dict[str, Any]:
             yield DocumentInput(doc_id, title[:500], body)
 
     for result in upsert_documents(KB_SLUG, inputs()):
-        if result.outcome != "created":
+        if result.outcome != DocumentOutcome.CREATED:
             raise RuntimeError(f"{result.source_key}: {result.outcome} {result.error}")
         chunks += result.chunks
     seconds = time.perf_counter() - start
