@@ -57,10 +57,28 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return errors
 
 
+# Keys the app read once, with what replaces them: a warning says what to do, not "unknown".
+REMOVED_KEYS = {
+    "TASK_RUNNER": (
+        "Ingestion runs on Django's task framework now: remove TASK_RUNNER and choose a "
+        "backend in the TASKS setting (the immediate backend, the default, indexes inline as "
+        "the old default did; the database backend and `manage.py db_worker` queue it). "
+        "Keep the worker of your old runner until its queue is empty (docs/ingestion.md)."
+    ),
+}
+
+
 def _check_keys(user: dict[str, Any]) -> list[checks.CheckMessage]:
     """A key the app does not read is a typo or a leftover: either way, not what was meant."""
-    errors: list[checks.CheckMessage] = []
-    for key in sorted(set(user) - set(DEFAULTS), key=str):
+    errors: list[checks.CheckMessage] = [
+        checks.Warning(
+            f"{SETTINGS_NAME}[{key!r}] is no longer read.",
+            hint=REMOVED_KEYS[key],
+            id="bailing_knowledge.W003",
+        )
+        for key in sorted(set(user) & set(REMOVED_KEYS))
+    ]
+    for key in sorted(set(user) - set(DEFAULTS) - set(REMOVED_KEYS), key=str):
         hint = nearest_name(str(key), DEFAULTS)
         errors.append(
             checks.Error(
@@ -162,7 +180,6 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "THROTTLE_CACHE": _cache_alias,
     "CHUNK_TARGET_CHARS": _integer(MIN_TARGET_CHARS),
     "CHUNK_OVERLAP_CHARS": _integer(0),
-    "TASK_RUNNER": _callable_path(optional=False),
     "SEARCH_CANDIDATES": _integer(1, 1000),
     "SEARCH_MIN_SIMILARITY": _number(-1.0, 1.0),
     "SEARCH_EF_SEARCH": _integer(1, 1000),  # pgvector's bounds for hnsw.ef_search

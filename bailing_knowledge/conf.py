@@ -33,9 +33,6 @@ DEFAULTS: dict[str, Any] = {
     # Chunking: target chunk length and overlap between neighbours, in characters.
     "CHUNK_TARGET_CHARS": 1000,
     "CHUNK_OVERLAP_CHARS": 150,
-    # Callable that runs ingestion tasks: `runner(task_name, kwargs)`. The default runs them
-    # inline; point it at a function that enqueues for Celery or Django's tasks framework.
-    "TASK_RUNNER": "bailing_knowledge.ingestion.tasks.run_inline",
     # Search: candidates fetched per leg before fusion and validation.
     "SEARCH_CANDIDATES": 40,
     # Vector-leg neighbours less similar than this (cosine similarity) are not candidates.

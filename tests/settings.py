@@ -17,6 +17,10 @@ INSTALLED_APPS = [
     *INSTALLED_APPS[:_APP],
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    # Django's task framework (the backport on 5.2) and its database backend's tables, for
+    # the tests that queue ingestion and run `db_worker` (docs/ingestion.md).
+    "django_tasks",
+    "django_tasks_db",
     *INSTALLED_APPS[_APP:],
 ]
 

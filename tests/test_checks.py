@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.core import checks
 from django.test import override_settings
 
 from bailing_knowledge.checks import check_connect_timeout, check_database, check_settings
@@ -101,6 +102,12 @@ def test_a_mistyped_key_is_refused_with_the_nearest_name():
     assert "configuration.md" in far[0].hint
 
 
+def test_the_removed_task_runner_setting_says_what_to_do():
+    messages = _messages({"TASK_RUNNER": "myproject.tasks.enqueue"})
+    assert [(m.id, m.level) for m in messages] == [("bailing_knowledge.W003", checks.WARNING)]
+    assert "TASKS" in messages[0].hint and "db_worker" in messages[0].hint
+
+
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [
@@ -119,7 +126,7 @@ def test_a_mistyped_key_is_refused_with_the_nearest_name():
         ({"CHUNK_TARGET_CHARS": 10}, "integer ≥ 50"),
         ({"CHUNK_TARGET_CHARS": 200, "CHUNK_OVERLAP_CHARS": 100}, "half"),
         ({"URL_PREFIX": "agent-api"}, "starts and ends with '/'"),
-        ({"TASK_RUNNER": "no.such.module.run"}, "cannot be imported"),
+        ({"TURN_CONTEXT_HOOK": "no.such.module.run"}, "cannot be imported"),
         ({"TURN_CONTEXT_HOOK": "bailing_knowledge.conf.SETTINGS_NAME"}, "not callable"),
         ({"INLINE_MAX_BYTES": None}, "integer"),
     ],

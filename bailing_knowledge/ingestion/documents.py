@@ -14,6 +14,7 @@ from .maintenance import (
     reindex_document,
     reindex_document_task,
     reindex_knowledge_base,
+    reindex_task,
     set_knowledge_base_embedder,
     set_knowledge_base_language,
 )
@@ -22,6 +23,7 @@ from .pipeline import (
     BATCH_CHARACTERS,
     BATCH_DOCUMENTS,
     index_document,
+    index_task,
     upsert_document,
     upsert_documents,
 )
@@ -49,10 +51,12 @@ __all__ = [
     "clean_document",
     "delete_document",
     "index_document",
+    "index_task",
     "prepare_documents",
     "reindex_document",
     "reindex_document_task",
     "reindex_knowledge_base",
+    "reindex_task",
     "set_knowledge_base_embedder",
     "set_knowledge_base_language",
     "upsert_document",

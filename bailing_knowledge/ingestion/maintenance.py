@@ -19,12 +19,10 @@ from .outcomes import DocumentOutcome, UpsertResult
 from .pipeline import index_document
 from .preparation import prepare_documents
 from .storage import chunk_rows, write_chunks
-from .tasks import enqueue, task
+from .tasks import runs_inline, task
 from .validation import CleanDocument
 
 
-# Named after the module it was first defined in: the name is what a queue carries.
-@task(name="bailing_knowledge.ingestion.documents.reindex_document_task")
 def reindex_document_task(document_id: int) -> UpsertResult:
     """Re-cut and re-embed a document's current content (e.g. after an embedder change).
 
@@ -33,7 +31,7 @@ def reindex_document_task(document_id: int) -> UpsertResult:
     document = Document.objects.select_related("knowledge_base").filter(pk=document_id).first()
     if document is None:
         return UpsertResult(DocumentOutcome.FAILED, None, 0, "The document no longer exists.")
-    if document.status == Document.Status.FAILED and not document.chunks.exists():
+    if document.status != Document.Status.READY and not document.chunks.exists():
         return index_document(
             document.knowledge_base_id,
             document.source_key,
@@ -68,10 +66,21 @@ def reindex_document_task(document_id: int) -> UpsertResult:
     )
 
 
+@task
+def reindex_task(document_id: int) -> str:
+    """What a worker runs for a queued re-index; the outcome's word (a task result is JSON)."""
+    return str(reindex_document_task(document_id).outcome)
+
+
 def reindex_document(document: Document) -> UpsertResult:
-    result = enqueue(reindex_document_task, document_id=document.pk)
-    if isinstance(result, UpsertResult):
-        return result
+    """Re-index now (immediate backend) or queue it; a document never served turns `pending`."""
+    if runs_inline(reindex_task):
+        return reindex_document_task(document.pk)
+    with transaction.atomic():
+        Document.objects.filter(pk=document.pk, status=Document.Status.FAILED).update(
+            status=Document.Status.PENDING
+        )
+        reindex_task.enqueue(document_id=document.pk)
     return UpsertResult(DocumentOutcome.QUEUED, document, source_key=document.source_key)
 
 

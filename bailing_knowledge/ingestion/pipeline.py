@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import transaction
 
 from ..lookups import get_knowledge_base
 from ..models import Document, KnowledgeBase
 from .outcomes import DocumentOutcome, UpsertResult
 from .preparation import PreparedDocument, prepare_documents
 from .storage import is_current, record_failure, swap_in
-from .tasks import enqueue, runs_inline, task
+from .tasks import runs_inline, task
 from .validation import CleanDocument, DocumentInput, clean_document, validation_message
 
 # `upsert_documents` batches: documents per transaction, and body characters per batch
@@ -52,8 +53,9 @@ def upsert_document(
     """Create or update the document `source_key` of `kb`; idempotent.
 
     Same title and body → `unchanged` (metadata is still updated); anything else → a new
-    revision, indexed through the task layer (inline by default → `created`/`updated`;
-    with a queueing runner → `queued`). Bad input raises `ValidationError`.
+    revision, indexed through Django's task framework (the immediate backend, the default,
+    indexes it now → `created`/`updated`; a queueing backend → `queued`, the document
+    `pending` until a worker indexes it). Bad input raises `ValidationError`.
     """
     kb = get_knowledge_base(kb)
     todo = clean_document(source_key, title, body, metadata)
@@ -64,21 +66,50 @@ def upsert_document(
 
 
 def _enqueue(kb: KnowledgeBase, todo: CleanDocument) -> UpsertResult:
-    result = enqueue(
-        index_document,
-        knowledge_base_id=kb.pk,
+    """Index now (immediate backend) or queue: the document is then a `pending` row."""
+    if runs_inline(index_task):
+        return index_document(kb.pk, todo.source_key, todo.title, todo.body, todo.metadata)
+    with transaction.atomic():
+        document = _mark_pending(kb, todo)
+        index_task.enqueue(
+            knowledge_base_id=kb.pk,
+            source_key=todo.source_key,
+            title=todo.title,
+            body=todo.body,
+            metadata=todo.metadata,
+        )
+    return UpsertResult(DocumentOutcome.QUEUED, document, source_key=todo.source_key)
+
+
+def _mark_pending(kb: KnowledgeBase, todo: CleanDocument) -> Document:
+    """The row that shows queued work: a new document is created `pending` with its content.
+
+    A `ready` document keeps serving its current revision (its body is what its chunks were
+    cut from) until the worker swaps the new one in; the queued task carries the content.
+    """
+    document, created = Document.objects.select_for_update().get_or_create(
+        knowledge_base=kb,
         source_key=todo.source_key,
-        title=todo.title,
-        body=todo.body,
-        metadata=todo.metadata,
+        defaults={
+            "title": todo.title,
+            "body": todo.body,
+            "metadata": todo.metadata,
+            "content_hash": todo.digest,
+            "status": Document.Status.PENDING,
+        },
     )
-    if isinstance(result, UpsertResult):
-        return result
-    return UpsertResult(DocumentOutcome.QUEUED, source_key=todo.source_key)
+    if not created and document.status != Document.Status.READY:
+        document.title, document.body, document.metadata = todo.title, todo.body, todo.metadata
+        document.content_hash, document.status = todo.digest, Document.Status.PENDING
+        document.last_error = ""
+        document.save(
+            update_fields=[
+                "title", "body", "metadata", "content_hash", "status", "last_error", "updated_at"
+            ]
+        )  # fmt: skip
+    return document
 
 
-# Named after the module it was first defined in: the name is what a queue carries.
-@task(name="bailing_knowledge.ingestion.documents.index_document")
 def index_document(
     knowledge_base_id: int, source_key: str, title: str, body: str, metadata: dict[str, Any]
 ) -> UpsertResult:
@@ -90,6 +121,31 @@ def index_document(
         return record_failure(kb, todo, prepared)
     (result,) = swap_in(kb, [prepared])
     return result
+
+
+@task
+def index_task(
+    knowledge_base_id: int, source_key: str, title: str, body: str, metadata: dict[str, Any]
+) -> str:
+    """What a worker runs for a queued document: `pending` → `indexing` → `ready`/`failed`.
+
+    Returns the outcome's word (a task's result must be JSON).
+    """
+    rows = Document.objects.filter(knowledge_base_id=knowledge_base_id, source_key=source_key)
+    digest = clean_document(source_key, title, body, metadata).digest
+    waiting = rows.exclude(status=Document.Status.READY)
+    if waiting.exclude(content_hash=digest).exists():
+        # Newer content was queued for this document since: its own task indexes it.
+        return str(DocumentOutcome.UNCHANGED)
+    waiting.update(status=Document.Status.INDEXING)
+    try:
+        result = index_document(knowledge_base_id, source_key, title, body, metadata)
+    except Exception as exc:
+        waiting.filter(status=Document.Status.INDEXING).update(
+            status=Document.Status.FAILED, last_error=f"Indexing stopped: {exc}"
+        )
+        raise
+    return str(result.outcome)
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,12 +168,12 @@ def upsert_documents(
     time. The thread never touches the database: everything stays on the caller's
     connection, inside the caller's transaction if there is one.
 
-    With a queueing task runner, each changed document becomes one task, as with
+    With a queueing task backend, each changed document becomes one task, as with
     `upsert_document`.
     """
     kb = get_knowledge_base(kb)
     batches = _batches(documents, max(1, batch_size))
-    if not runs_inline():
+    if not runs_inline(index_task):
         for batch in batches:
             for slot in _triage(kb, batch):
                 yield _settled(slot) if slot.todo is None else _enqueue(kb, slot.todo)

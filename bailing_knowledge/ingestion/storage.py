@@ -88,7 +88,10 @@ def record_failure(kb: KnowledgeBase, todo: CleanDocument, error: str) -> Upsert
             .first()
         )
         if document is not None:
-            Document.objects.filter(pk=document.pk).update(last_error=error)
+            # A serving document keeps serving; a queued or failed one is now `failed`.
+            if document.status != Document.Status.READY:
+                document.status = Document.Status.FAILED
+            Document.objects.filter(pk=document.pk).update(last_error=error, status=document.status)
             document.last_error = error
         else:
             document = Document.objects.create(

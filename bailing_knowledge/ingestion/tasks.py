@@ -1,81 +1,67 @@
-"""A small task layer for slow ingestion work: inline by default, a real worker when needed.
+"""Ingestion's bridge to Django's task framework: one import for both Django versions.
 
-Ingestion functions decorated with `@task` are called through `enqueue(...)`, which hands
-`(task_name, kwargs)` to the runner named by `BAILING_KNOWLEDGE["TASK_RUNNER"]`. Arguments
-are plain JSON values (ids, strings), so any queue can carry them. A worker executes a task
-with `run_task(task_name, kwargs)`. See docs/ingestion.md for Celery and Django tasks.
+Django 6.0 ships `django.tasks`; on 5.2 the `django-tasks` backport provides the same API.
+Which backend runs the work is the project's `TASKS` setting: with the immediate backend
+(the default) indexing runs inline, in the caller's process, and returns its outcome; with
+any other (database, RQ, Celery) it is enqueued and a worker runs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar, overload
+import warnings
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
-from ..conf import knowledge_settings
+try:
+    from django.tasks import Task, task  # type: ignore[import-not-found,unused-ignore]
+    from django.tasks.backends.immediate import (  # type: ignore[import-not-found,unused-ignore]
+        ImmediateBackend,
+    )
+except ImportError:  # Django 5.2
+    from django_tasks import task
+    from django_tasks.backends.immediate import ImmediateBackend
+    from django_tasks.base import Task
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-_TASKS: dict[str, Callable[..., Any]] = {}
-_NAMES: dict[Callable[..., Any], str] = {}
-
-
-@overload
-def task(func: F, /) -> F: ...
-
-
-@overload
-def task(*, name: str) -> Callable[[F], F]: ...
+__all__ = ["Task", "run_task", "runs_inline", "task"]
 
 
-def task(func: F | None = None, /, *, name: str = "") -> F | Callable[[F], F]:
-    """Register `func` as a task under its dotted path, or under `name`.
+def runs_inline(job: Task) -> bool:
+    """The task's backend runs it at once: call the work directly and keep its result.
 
-    A name is what queues carry: `name` keeps it stable when a task moves to another
-    module, so that work queued before an upgrade still runs after it.
+    Calling the function rather than enqueueing it on the immediate backend gives the same
+    result without a JSON round trip of the arguments (a body may be megabytes).
     """
-
-    def register(func: F) -> F:
-        registered = name or f"{func.__module__}.{func.__qualname__}"
-        _TASKS[registered] = func
-        _NAMES[func] = registered
-        return func
-
-    return register if func is None else register(func)
+    return isinstance(job.get_backend(), ImmediateBackend)
 
 
-def task_name(func: Callable[..., Any]) -> str:
-    return _NAMES.get(func) or f"{func.__module__}.{func.__qualname__}"
+# The names the old task layer gave its tasks: work a project queued with its own runner
+# before the upgrade still runs through `run_task`.
+_LEGACY_TASKS = {
+    "bailing_knowledge.ingestion.documents.index_document": (
+        "bailing_knowledge.ingestion.pipeline.index_document"
+    ),
+    "bailing_knowledge.ingestion.documents.reindex_document_task": (
+        "bailing_knowledge.ingestion.maintenance.reindex_document_task"
+    ),
+}
 
 
 def run_task(name: str, kwargs: dict[str, Any]) -> Any:
-    """Execute a registered task now; what a worker calls."""
-    if name not in _TASKS:
-        # Importing the module registers its tasks (a worker may not have imported it yet).
-        module = name.rsplit(".", 1)[0]
-        __import__(module)
+    """Run work queued by the removed `TASK_RUNNER` layer; deprecated.
+
+    Keep the worker that called it until its queue is drained, then drop it: new work goes
+    through Django's task framework (docs/ingestion.md).
+    """
+    warnings.warn(
+        "run_task() only drains work queued before the TASK_RUNNER setting was removed; "
+        "ingestion now runs on Django's task framework.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     try:
-        func = _TASKS[name]
+        path = _LEGACY_TASKS[name]
     except KeyError:
         raise ImproperlyConfigured(f"Unknown bailing_knowledge task {name!r}.") from None
-    return func(**kwargs)
-
-
-def run_inline(name: str, kwargs: dict[str, Any]) -> Any:
-    """The default runner: execute in the calling process and return the task's result."""
-    return run_task(name, kwargs)
-
-
-def enqueue(func: Callable[..., Any], **kwargs: Any) -> Any:
-    """Hand a task to the configured runner; returns what the runner returns.
-
-    With the inline runner that is the task's own result; a queueing runner returns
-    whatever it likes (usually None), and callers then report the work as queued.
-    """
-    runner = knowledge_settings.import_from(knowledge_settings.TASK_RUNNER)
-    return runner(task_name(func), kwargs)
-
-
-def runs_inline() -> bool:
-    return knowledge_settings.TASK_RUNNER == "bailing_knowledge.ingestion.tasks.run_inline"
+    return import_string(path)(**kwargs)

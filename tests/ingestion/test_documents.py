@@ -1,4 +1,4 @@
-"""upsert_document, delete, reindex and the task layer, on the real database."""
+"""upsert_document, delete, reindex and queued indexing, on the real database."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from django.db import connection, connections
 from bailing_knowledge import services
 from bailing_knowledge.ingestion import documents as ingest
 from bailing_knowledge.ingestion.chunker import chunk_spans
-from bailing_knowledge.ingestion.tasks import run_task, task_name
 from bailing_knowledge.models import Chunk, Document, content_hash
 from bailing_knowledge.retrieval.embedders import EmbedderError, HashingEmbedder
 
@@ -171,39 +170,96 @@ def test_delete_document(kb):
     assert ingest.delete_document(kb, "a.md") is False
 
 
-queued: list = []
+QUEUE = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 
-def queueing_runner(name, kwargs):
-    queued.append((name, kwargs))
+def _queued() -> list[tuple[str, dict]]:
+    from django_tasks_db.models import DBTaskResult
+
+    return [
+        (result.task_path, result.args_kwargs["kwargs"])
+        for result in DBTaskResult.objects.order_by("enqueued_at")
+    ]
 
 
-def test_a_queueing_runner_defers_the_work(kb, settings):
-    settings.BAILING_KNOWLEDGE = {"TASK_RUNNER": "tests.ingestion.test_documents.queueing_runner"}
-    queued.clear()
+def test_a_queueing_backend_leaves_a_pending_document(kb, settings):
+    settings.TASKS = QUEUE
     result = ingest.upsert_document(kb, "a.md", "Title", BODY)
     assert result.outcome == "queued"
-    assert not Document.objects.exists()
-    ((name, kwargs),) = queued
-    assert name == "bailing_knowledge.ingestion.documents.index_document"
-    import json
+    document = Document.objects.get()
+    assert (document.pk, document.status, document.body) == (result.document.pk, "pending", BODY)
+    assert not document.chunks.exists()
+    ((path, kwargs),) = _queued()
+    assert path == "bailing_knowledge.ingestion.pipeline.index_task"
+    assert ingest.index_task.call(**kwargs) == "created"
+    document.refresh_from_db()
+    assert (document.status, document.revision) == ("ready", 1)
+    assert document.chunks.exists()
 
-    json.dumps(kwargs)  # a queue can carry the arguments
-    assert run_task(name, kwargs).outcome == "created"
+
+def test_a_queued_update_keeps_the_document_serving_until_indexed(kb, settings):
+    served = ingest.upsert_document(kb, "a.md", "Title", BODY).document
+    settings.TASKS = QUEUE
+    assert ingest.upsert_document(kb, "a.md", "Title", BODY + " More.").outcome == "queued"
+    served.refresh_from_db()
+    assert (served.status, served.body) == ("ready", BODY)
+    ((_, kwargs),) = _queued()
+    assert ingest.index_task.call(**kwargs) == "updated"
+    served.refresh_from_db()
+    assert (served.status, served.revision, served.body) == ("ready", 2, BODY + " More.")
+
+
+def test_a_queued_document_that_fails_to_embed_is_failed(kb, settings):
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {"default": {"BACKEND": "tests.ingestion.test_documents.PoisonEmbedder"}}
+    }
+    settings.TASKS = QUEUE
+    ingest.upsert_document(kb, "a.md", "Title", "POISON " + BODY)
+    ((_, kwargs),) = _queued()
+    assert ingest.index_task.call(**kwargs) == "failed"
+    document = Document.objects.get()
+    assert (document.status, document.last_error) == ("failed", "Embedding failed: poisoned")
+
+
+def test_an_older_queued_version_gives_way_to_the_newer(kb, settings):
+    settings.TASKS = QUEUE
+    ingest.upsert_document(kb, "a.md", "Title", BODY)
+    ingest.upsert_document(kb, "a.md", "Title", BODY + " Newer.")
+    (_, older), (_, newer) = _queued()
+    assert Document.objects.get().body == BODY + " Newer."
+    assert ingest.index_task.call(**older) == "unchanged"
+    assert Document.objects.get().status == "pending"
+    assert ingest.index_task.call(**newer) == "created"
     assert Document.objects.get().status == "ready"
 
 
-def test_task_names_stay_those_queues_already_carry(kb, settings):
-    """The tasks moved to other modules; their names, which queued work holds, did not."""
+def test_a_queued_reindex_runs_through_its_task(kb, settings):
     document = ingest.upsert_document(kb, "a.md", "Title", BODY).document
-    settings.BAILING_KNOWLEDGE = {"TASK_RUNNER": "tests.ingestion.test_documents.queueing_runner"}
-    queued.clear()
+    settings.TASKS = QUEUE
     assert ingest.reindex_document(document).outcome == ingest.DocumentOutcome.QUEUED
-    ((name, kwargs),) = queued
-    assert name == "bailing_knowledge.ingestion.documents.reindex_document_task"
-    indexing = task_name(ingest.index_document)
-    assert indexing == "bailing_knowledge.ingestion.documents.index_document"
-    assert run_task(name, kwargs).outcome == "updated"
+    ((path, kwargs),) = _queued()
+    assert path == "bailing_knowledge.ingestion.maintenance.reindex_task"
+    assert ingest.reindex_task.call(**kwargs) == "updated"
+
+
+def test_work_queued_by_the_old_task_layer_still_runs(kb):
+    """`run_task` drains what a project's old TASK_RUNNER queued, under the old names."""
+    from bailing_knowledge.ingestion.tasks import run_task
+
+    kwargs = {
+        "knowledge_base_id": kb.pk,
+        "source_key": "a.md",
+        "title": "Title",
+        "body": BODY,
+        "metadata": {},
+    }
+    with pytest.deprecated_call():
+        result = run_task("bailing_knowledge.ingestion.documents.index_document", kwargs)
+    assert result.outcome == "created"
+    name = "bailing_knowledge.ingestion.documents.reindex_document_task"
+    with pytest.deprecated_call():
+        result = run_task(name, {"document_id": result.document.pk})
+    assert result.outcome == "updated"
 
 
 def test_outcomes_are_the_words_of_the_json_output(kb):
@@ -475,18 +531,18 @@ def test_vectors_the_index_cannot_hold_fail_their_document_clearly(kb, settings)
     assert Chunk.objects.count() == results[4].chunks
 
 
-def test_upsert_documents_with_a_queueing_runner_queues_changed_documents(kb, settings):
+def test_upsert_documents_with_a_queueing_backend_queues_changed_documents(kb, settings):
     ingest.upsert_document(kb, "kept.md", "Kept", BODY)
-    settings.BAILING_KNOWLEDGE = {"TASK_RUNNER": "tests.ingestion.test_documents.queueing_runner"}
-    queued.clear()
+    settings.TASKS = QUEUE
     results = list(
         ingest.upsert_documents(
             kb, _inputs(("kept.md", "Kept", BODY), ("new.md", "New", BODY), ("bad.md", "B", ""))
         )
     )
     assert [r.outcome for r in results] == ["unchanged", "queued", "failed"]
-    ((name, kwargs),) = queued
-    assert (name, kwargs["source_key"]) == (task_name(ingest.index_document), "new.md")
+    ((_, kwargs),) = _queued()
+    assert kwargs["source_key"] == "new.md"
+    assert Document.objects.get(source_key="new.md").status == "pending"
 
 
 def test_stopping_early_writes_only_the_batch_of_the_last_result(kb):
