@@ -15,10 +15,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 try:
-    from django.tasks import Task, task  # type: ignore[import-not-found,unused-ignore]
+    from django.tasks import task  # type: ignore[import-not-found,unused-ignore]
     from django.tasks.backends.immediate import (  # type: ignore[import-not-found,unused-ignore]
         ImmediateBackend,
     )
+    from django.tasks.base import Task  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # Django 5.2
     from django_tasks import task
     from django_tasks.backends.immediate import ImmediateBackend
