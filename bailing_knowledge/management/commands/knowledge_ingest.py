@@ -5,7 +5,8 @@ itself is given), so ingesting a changed file again updates the same document an
 unchanged one is skipped. A file that fails does not stop the others; the command reports
 each on one line and then exits with status 1, so a script or CI job notices. Unsupported
 file types found in a directory are listed and skipped, which is not a failure.
-Documents go through `upsert_documents`: batched, with embedding overlapping the writes.
+Files go through the `ingest_paths` service, as the admin's uploads do: batched, with
+embedding overlapping the writes.
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bailing_knowledge.ingestion.documents import DocumentInput, upsert_documents
-from bailing_knowledge.ingestion.loaders import Discovered, LoaderError, discover, load_file
+from bailing_knowledge.ingestion.loaders import discover
 from bailing_knowledge.services import get_knowledge_base
+from bailing_knowledge.services.ingest import ingest_paths
 
 OUTCOME_LABELS = {"created": "new", "updated": "updated", "unchanged": "unchanged"}
 # The exit status when any file failed; an unknown knowledge base or path exits with 1 too,
@@ -57,34 +57,14 @@ class Command(BaseCommand):
         unsupported = [str(item.path) for item in found if not item.supported]
         todo = [item for item in found if item.supported]
         progress = not options["no_progress"] and not options["json"] and sys.stderr.isatty()
-        loaded_paths: deque[Path] = deque()  # paths of the documents not yet reported, in order
-        done = 0
-
-        def report(name: str) -> None:
-            nonlocal done
-            done += 1
-            if progress:
-                self._progress(done, len(todo), name)
-
-        def documents(items: Sequence[Discovered]) -> Iterator[DocumentInput]:
-            for item in items:
-                try:
-                    loaded = load_file(item.path, source_key=item.source_key)
-                except LoaderError as exc:
-                    failures.append({"path": str(item.path), "error": exc.reason})
-                    counts["failed"] += 1
-                    report(item.source_key)
-                    continue
-                loaded_paths.append(item.path)
-                yield DocumentInput(item.source_key, loaded.title, loaded.body, loaded.metadata)
-
-        for result in upsert_documents(kb, documents(todo)):
-            path = loaded_paths.popleft()
+        files = ((item.path, item.source_key) for item in todo)
+        for done, result in enumerate(ingest_paths(kb, files), 1):
             if result.outcome == "failed":
-                failures.append({"path": str(path), "error": result.error})
+                failures.append({"path": str(result.path), "error": result.error})
             counts[OUTCOME_LABELS.get(result.outcome, result.outcome)] += 1
             counts["chunks"] += result.chunks
-            report(result.source_key)
+            if progress:
+                self._progress(done, len(todo), result.name)
         if progress:
             sys.stderr.write("\n")
         summary = {

@@ -1,0 +1,65 @@
+"""Files into a knowledge base: the one load-and-upsert loop of the admin's upload and the CLI.
+
+Each file is read by its loader and the documents go through `upsert_documents` together,
+so an upload of many files gets the same batching (and the same speed) as `knowledge_ingest`.
+A file that cannot be read or indexed is reported and does not stop the others.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..ingestion.documents import DocumentInput, upsert_documents
+from ..ingestion.loaders import LoaderError, load_file
+from ..models import KnowledgeBase
+from .catalog import get_knowledge_base
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    """What happened to one file: an `UpsertResult` outcome (created, updated, unchanged,
+    queued or failed), with the reason in `error` when it failed."""
+
+    path: Path
+    name: str  # the document's source key
+    outcome: str
+    error: str = ""
+    chunks: int = 0
+
+
+def ingest_paths(
+    kb: KnowledgeBase | str, files: Iterable[tuple[Path, str]]
+) -> Iterator[FileOutcome]:
+    """Load and upsert `(path, source_key)` pairs; yields one outcome per file, in input order.
+
+    Files are read lazily, as `upsert_documents` asks for the next batch, so only the
+    batches in flight are held in memory. A file its loader rejects is `failed` with the
+    loader's reason; it is reported in its place among the others.
+    """
+    kb = get_knowledge_base(kb)
+    # Files read but not yet reported, in order, with their outcome once it is known: a
+    # loader's failure at once, a loaded file's when `upsert_documents` yields it.
+    waiting: deque[tuple[Path, str, FileOutcome | None]] = deque()
+
+    def documents() -> Iterator[DocumentInput]:
+        for path, key in files:
+            try:
+                loaded = load_file(path, source_key=key)
+            except LoaderError as exc:
+                waiting.append((path, key, FileOutcome(path, key, "failed", exc.reason)))
+                continue
+            waiting.append((path, key, None))
+            yield DocumentInput(key, loaded.title, loaded.body, loaded.metadata)
+
+    def known() -> Iterator[FileOutcome]:
+        while waiting and waiting[0][2] is not None:
+            yield waiting.popleft()[2]
+
+    for result in upsert_documents(kb, documents()):
+        yield from known()
+        path, key, _ = waiting.popleft()
+        yield FileOutcome(path, key, result.outcome, result.error, result.chunks)
+    yield from known()
