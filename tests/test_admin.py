@@ -725,6 +725,35 @@ def test_upload_documents_through_the_admin(admin_client, kb):
     assert (document.title, document.status) == ("FAQ", "ready")
 
 
+def test_uploads_are_ingested_together_and_same_names_in_turn(admin_client, kb):
+    """Both files named a.md are kept (the second updates the first), and many files are
+    upserted in batches, not one statement round per file."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    url = reverse("admin:bailing_knowledge_document_upload")
+    files = [
+        SimpleUploadedFile("a.md", b"# A\n\nFirst version.\n"),
+        SimpleUploadedFile("a.md", b"# A\n\nSecond version.\n"),
+    ]
+    response = admin_client.post(url, {"knowledge_base": kb.pk, "files": files}, follow=True)
+    text = " ".join(str(m) for m in response.context["messages"])
+    assert "1 created, 1 updated" in text
+    assert Document.objects.get(source_key="a.md").body == "# A\n\nSecond version.\n"
+
+    def upload(names):
+        files = [SimpleUploadedFile(n, f"# {n}\n\nAbout {n}.\n".encode()) for n in names]
+        with CaptureQueriesContext(connection) as queries:
+            admin_client.post(url, {"knowledge_base": kb.pk, "files": files})
+        return len(queries.captured_queries)
+
+    one = upload(["one.md"])
+    many = upload([f"doc{n}.md" for n in range(30)])
+    assert Document.objects.filter(source_key__startswith="doc").count() == 30
+    assert many < 10 * one
+
+
 def test_reindex_action(admin_client, kb):
     from bailing_knowledge.ingestion.documents import upsert_document
 

@@ -57,7 +57,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     # What Django or a person starts: they wire the layers below together.
-    ("entry", {"admin", "admin_playground", "apps", "checks", "management", "migrations"}),
+    ("entry", {"admin", "apps", "checks", "management", "migrations"}),
 ]
 LAYER_OF = {group: index for index, (_, groups) in enumerate(LAYERS) for group in groups}
 

@@ -20,13 +20,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from rest_framework.exceptions import APIException
 
-from . import constants
-from .models import AgentSession, Chunk, Document, Route
-from .permissions import allowed_route
-from .renderers import AgentJSONRenderer
-from .services.explain import explain_search, principal_session
-from .services.read import read
-from .services.search import search
+from .. import constants
+from ..models import AgentSession, Chunk, Document, Route
+from ..permissions import allowed_route
+from ..renderers import AgentJSONRenderer
+from ..services.explain import explain_search, principal_session
+from ..services.read import read
+from ..services.search import search
 
 # Chunks listed on a document's page; the chunk list has them all.
 DOCUMENT_CHUNKS = 50
