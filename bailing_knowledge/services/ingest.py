@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..ingestion.documents import DocumentInput, upsert_documents
+from ..ingestion.documents import DocumentInput, DocumentOutcome, upsert_documents
 from ..ingestion.loaders import LoaderError, load_file
 from ..models import KnowledgeBase
 from .catalog import get_knowledge_base
@@ -20,12 +20,12 @@ from .catalog import get_knowledge_base
 
 @dataclass(frozen=True)
 class FileOutcome:
-    """What happened to one file: an `UpsertResult` outcome (created, updated, unchanged,
-    queued or failed), with the reason in `error` when it failed."""
+    """What happened to one file: its document's outcome, with the reason in `error` when it
+    failed."""
 
     path: Path
     name: str  # the document's source key
-    outcome: str
+    outcome: DocumentOutcome
     error: str = ""
     chunks: int = 0
 
@@ -49,7 +49,8 @@ def ingest_paths(
             try:
                 loaded = load_file(path, source_key=key)
             except LoaderError as exc:
-                waiting.append((path, key, FileOutcome(path, key, "failed", exc.reason)))
+                failed = FileOutcome(path, key, DocumentOutcome.FAILED, exc.reason)
+                waiting.append((path, key, failed))
                 continue
             waiting.append((path, key, None))
             yield DocumentInput(key, loaded.title, loaded.body, loaded.metadata)

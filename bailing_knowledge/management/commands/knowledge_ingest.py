@@ -21,6 +21,7 @@ from typing import Any
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from bailing_knowledge.ingestion.documents import DocumentOutcome
 from bailing_knowledge.ingestion.loaders import discover
 from bailing_knowledge.services import get_knowledge_base
 from bailing_knowledge.services.ingest import ingest_paths
@@ -59,7 +60,7 @@ class Command(BaseCommand):
         progress = not options["no_progress"] and not options["json"] and sys.stderr.isatty()
         files = ((item.path, item.source_key) for item in todo)
         for done, result in enumerate(ingest_paths(kb, files), 1):
-            if result.outcome == "failed":
+            if result.outcome == DocumentOutcome.FAILED:
                 failures.append({"path": str(result.path), "error": result.error})
             counts[OUTCOME_LABELS.get(result.outcome, result.outcome)] += 1
             counts["chunks"] += result.chunks
