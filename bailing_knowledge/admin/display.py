@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import Count, IntegerField, Model, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.formats import date_format
 from django.utils.html import format_html
@@ -48,3 +49,16 @@ def changelist_link(admin_site: admin.AdminSite, model: type[Model], query: str,
     opts = model._meta
     url = reverse(f"{admin_site.name}:{opts.app_label}_{opts.model_name}_changelist")
     return format_html('<a href="{}?{}">{}</a>', url, query, text)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """An admin that shows rows written only by the services (chunks, runs)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

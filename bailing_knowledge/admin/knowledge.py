@@ -33,7 +33,7 @@ from ..ingestion.loaders import supported_suffixes
 from ..models import Chunk, Document, KnowledgeBase, Route
 from ..services.ingest import FileOutcome, ingest_paths
 from .actions import toggle_action
-from .display import ListMedia, changelist_link, count_of, short_time
+from .display import ListMedia, ReadOnlyAdmin, changelist_link, count_of, short_time
 from .forms import DocumentUploadForm, KnowledgeBaseForm
 from .playground import document_chunks
 
@@ -322,7 +322,7 @@ class DocumentAdmin(admin.ModelAdmin):
         return format_html("<pre>{}</pre>", json.dumps(obj.metadata, indent=2, sort_keys=True))
 
 
-class ChunkAdmin(admin.ModelAdmin):
+class ChunkAdmin(ReadOnlyAdmin):
     """Chunks are cut and embedded by ingestion: read-only, embeddings never shown."""
 
     list_display = (
@@ -355,15 +355,6 @@ class ChunkAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).defer("embedding", "search_vector")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="text")
     def text_preview(self, obj: Chunk) -> str:

@@ -17,7 +17,7 @@ from django.utils.html import format_html
 from ..models import Run, Task
 from ..services.tasks import set_task_state
 from .actions import toggle_action
-from .display import changelist_link, count_of
+from .display import ReadOnlyAdmin, changelist_link, count_of
 
 
 class TaskAdmin(admin.ModelAdmin):
@@ -102,7 +102,7 @@ class TaskAdmin(admin.ModelAdmin):
         )
 
 
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(ReadOnlyAdmin):
     """Runs are written by the agent API: read-only here."""
 
     list_display = (
@@ -165,15 +165,6 @@ class RunAdmin(admin.ModelAdmin):
         ("History", {"fields": ("created_at", "updated_at")}),
     )
     show_full_result_count = False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="context")
     def context_json(self, obj: Run) -> str:
