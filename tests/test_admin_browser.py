@@ -9,7 +9,6 @@ scroll.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -19,6 +18,7 @@ from django.urls import reverse
 from bailing_knowledge import services
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import AgentSession, Document, KnowledgeBase, Route
+from tests.browser import CHROMEDRIVER, CHROMIUM, HEADLESS_FLAGS
 
 REFUNDS = (
     "# Refund policy\n\nCustomers may return unused items within thirty days for a full "
@@ -36,11 +36,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 WIDTH = 1400
 MAX_HEIGHT = 2000
-CHROMIUM = next(
-    (found for name in ("chromium", "chromium-browser") if (found := shutil.which(name))), None
-)
-CHROMEDRIVER = shutil.which("chromedriver")
-
 try:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -57,14 +52,7 @@ def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *HEADLESS_FLAGS,
         "--hide-scrollbars",
         f"--window-size={WIDTH},900",
     ):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from html.parser import HTMLParser
 
@@ -11,7 +10,7 @@ import httpx
 import pytest
 from django.contrib.staticfiles import finders
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from tests.browser import CHROMIUM, HEADLESS_FLAGS
 
 
 class _Assets(HTMLParser):
@@ -53,14 +52,7 @@ def test_swagger_ui_renders_the_agent_api_in_a_browser(live_server, tmp_path):
     """Headless Chromium, with its background networking off, draws the operations."""
     command = [
         CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *HEADLESS_FLAGS,
         f"--user-data-dir={tmp_path / 'profile'}",
         "--window-size=1280,1600",
         "--virtual-time-budget=10000",
