@@ -339,6 +339,11 @@ class Document(models.Model):
     revision = models.PositiveIntegerField(default=1)
     content_hash = models.CharField(max_length=64)
     last_error = models.TextField(blank=True)
+    # When a re-index was queued, until its task has run: a `ready` document keeps serving
+    # its chunks meanwhile, so its status cannot show the waiting work (docs/ingestion.md).
+    reindex_queued_at = models.DateTimeField(
+        "re-index queued at", null=True, blank=True, editable=False
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -333,13 +333,22 @@ def use_embedder(name: str | None) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.rsplit(".", 1)[-1].lower()).strip("-")
 
 
+def language_switch() -> Callable[..., Any] | None:
+    """`set_knowledge_base_language` where the version under test has it: in `services`,
+    or in `ingestion.documents` before it moved there."""
+    from bailing_knowledge import services
+    from bailing_knowledge.ingestion import documents
+
+    name = "set_knowledge_base_language"
+    return getattr(services, name, None) or getattr(documents, name, None)
+
+
 @contextlib.contextmanager
 def language(evaluator: Evaluator, value: str) -> Iterator[None]:
     """The KB re-indexed in another language for the duration, then back to its own."""
     from django.db import connection
 
-    from bailing_knowledge.ingestion.documents import set_knowledge_base_language
-
+    set_knowledge_base_language = language_switch()
     original = {kb.pk: kb.language for kb in evaluator.kbs}
 
     def switch(to: dict[int, str]) -> None:
@@ -411,9 +420,7 @@ def variants(evaluator: Evaluator) -> tuple[list[Variant], list[str]]:
         ]
     else:
         notes.append("BM25 variants skipped: no SEARCH_BM25_K1 / SEARCH_BM25_B settings")
-    from bailing_knowledge.ingestion import documents
-
-    if hasattr(documents, "set_knowledge_base_language"):
+    if language_switch() is not None:
         # Last: it re-indexes the KB twice.
         found.append(("language simple", lambda: language(evaluator, "simple"), BOTH_LEGS))
     else:

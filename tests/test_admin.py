@@ -88,6 +88,20 @@ def make_run(session, route, *, task=None, conversation="conv-1", turn="turn-1",
     )
 
 
+def knowledge_base_form(kb, **changes):
+    """The knowledge base's change form as the page posts it, with `changes`."""
+    data = {
+        "slug": kb.slug,
+        "title": kb.title,
+        "description": kb.description,
+        "enabled": "on",
+        "embedder": kb.embedder,
+        "language": kb.language,
+        "tenant": kb.tenant,
+    }
+    return {**data, **changes}
+
+
 def issue_form_data(agent_client, route, **overrides):
     data = {
         "client": agent_client.pk,
@@ -622,15 +636,7 @@ def test_changing_a_kbs_language_in_the_admin_re_indexes(admin_client, kb):
 
     upsert_document(kb, "a.md", "Notes", "Die Häuser stehen am Wasser.")
     assert "häuser" in indexed_terms(kb)
-    data = {
-        "slug": kb.slug,
-        "title": "Renamed",
-        "description": "",
-        "enabled": "on",
-        "embedder": "default",
-        "language": "german",
-        "tenant": "",
-    }
+    data = knowledge_base_form(kb, title="Renamed", language="german")
     response = admin_client.post(admin_url(KnowledgeBase, "change", kb.pk), data, follow=True)
     assert response.status_code == 200
     text = " ".join(str(m) for m in response.context["messages"])
@@ -765,7 +771,7 @@ def test_reindex_action(admin_client, kb):
         follow=True,
     )
     assert response.status_code == 200
-    assert "1 updated" in " ".join(str(m) for m in response.context["messages"])
+    assert message_texts(response) == ["Reindex: 1 document re-indexed."]
     assert not old & set(document.chunks.values_list("pk", flat=True))
 
 
@@ -793,6 +799,8 @@ def test_task_state_actions(admin_client, issued):
 
 
 def test_changing_a_kbs_embedder_in_the_admin_re_embeds(admin_client, kb, settings):
+    """With the immediate task backend the documents are re-embedded before the page
+    returns, and the message says so; none is left waiting."""
     from bailing_knowledge.ingestion.documents import upsert_document
 
     settings.BAILING_KNOWLEDGE = {
@@ -805,17 +813,58 @@ def test_changing_a_kbs_embedder_in_the_admin_re_embeds(admin_client, kb, settin
         }
     }
     document = upsert_document(kb, "a.md", "A", "Some text to index.").document
-    data = {
-        "slug": kb.slug,
-        "title": kb.title,
-        "description": "",
-        "enabled": "on",
-        "embedder": "small",
-        "language": "english",
-        "tenant": "",
-    }
-    response = admin_client.post(admin_url(KnowledgeBase, "change", kb.pk), data)
-    assert response.status_code == 302, response.content
+    upsert_document(kb, "b.md", "B", "Other text to index.")
+    data = knowledge_base_form(kb, embedder="small")
+    response = admin_client.post(admin_url(KnowledgeBase, "change", kb.pk), data, follow=True)
+    assert response.redirect_chain[0][1] == 302, response.content
+    assert message_texts(response)[0] == (
+        "handbook now embeds with 'small': 2 documents re-embedded."
+    )
     kb.refresh_from_db()
     assert kb.embedder == "small"
     assert set(document.chunks.values_list("embedding_dimensions", flat=True)) == {64}
+    page = admin_client.get(admin_url(KnowledgeBase, "change", kb.pk)).content.decode()
+    assert "2 document(s)" in page and "waiting for re-index" not in page
+
+
+def test_a_failed_re_embedding_is_reported_with_its_reason(admin_client, kb, settings):
+    from bailing_knowledge.ingestion.documents import upsert_document
+
+    upsert_document(kb, "a.md", "A", "Some text to index.")
+    upsert_document(kb, "bad.md", "B", "POISON text.")
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {
+            "default": {"BACKEND": "tests.ingestion.test_documents.PoisonEmbedder"},
+        }
+    }
+    response = post_action(admin_client, Document, "reindex_documents", Document.objects.all())
+    assert message_texts(response) == [
+        "Reindex: 1 document re-indexed; 1 document failed.",
+        "bad.md: Embedding failed: poisoned",
+    ]
+
+
+def test_a_queued_reindex_says_so_and_shows_in_the_lists(admin_client, kb, settings):
+    """With a queueing task backend the action only queues: the message says a worker will
+    index, and the document, still `ready`, shows its waiting re-index until then."""
+    from bailing_knowledge.ingestion.documents import upsert_document
+    from tests.settings_worker import TASKS
+
+    document = upsert_document(kb, "a.md", "A", "Some text to index.").document
+    upsert_document(kb, "b.md", "B", "Other text to index.")
+    settings.TASKS = TASKS
+    response = post_action(admin_client, Document, "reindex_documents", [document])
+    assert message_texts(response) == [
+        "Reindex: 1 document queued for re-indexing; a worker will index it."
+    ]
+    document.refresh_from_db()
+    assert document.status == "ready" and document.reindex_queued_at is not None
+    response = admin_client.get(admin_url(Document), {"reindex": "queued"})
+    assert [d.source_key for d in response.context["cl"].result_list] == ["a.md"]
+    assert "re-index queued" in response.content.decode()
+    (listed,) = admin_client.get(admin_url(KnowledgeBase)).context["cl"].result_list
+    assert (listed.document_count, listed.reindex_waiting) == (2, 1)
+    page = admin_client.get(admin_url(KnowledgeBase, "change", kb.pk)).content.decode()
+    assert "1 of 2 documents waiting for re-index" in page
+    page = admin_client.get(admin_url(Document, "change", document.pk)).content.decode()
+    assert "Re-index queued at" in page

@@ -6,7 +6,8 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from bailing_knowledge.models import Chunk, LexiconTerm
+from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.models import Chunk, Document, LexiconTerm
 from bailing_knowledge.retrieval.lexical import lexical_ranking
 from bailing_knowledge.retrieval.visibility import Visibility
 
@@ -77,3 +78,27 @@ def test_the_lexical_index_keeps_a_small_pending_list_and_migrates_back():
     finally:
         call_command("migrate", "bailing_knowledge", verbosity=0)
     assert _gin_options() == ["gin_pending_list_limit=128"]
+
+
+def _document_columns() -> set[str]:
+    with connection.cursor() as cursor:
+        description = connection.introspection.get_table_description(
+            cursor, "bailing_knowledge_document"
+        )
+    return {column.name for column in description}
+
+
+def test_the_reindex_mark_migrates_back_and_forth(kb):
+    """A nullable column: gone when migrated back, and back empty, the rows untouched."""
+    upsert_document(kb, "a.md", "A", "Some text to index.")
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # see _insert_old_rows
+    assert "reindex_queued_at" in _document_columns()
+    call_command("migrate", "bailing_knowledge", "0008_chunk_embedding_hnsw_256", verbosity=0)
+    try:
+        assert "reindex_queued_at" not in _document_columns()
+    finally:
+        call_command("migrate", "bailing_knowledge", verbosity=0)
+    assert "reindex_queued_at" in _document_columns()
+    document = Document.objects.get()
+    assert (document.status, document.reindex_queued_at) == ("ready", None)

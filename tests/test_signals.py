@@ -9,11 +9,7 @@ import pytest
 from django.db import transaction
 
 from bailing_knowledge import services, signals
-from bailing_knowledge.ingestion.documents import (
-    delete_document,
-    set_knowledge_base_language,
-    upsert_document,
-)
+from bailing_knowledge.ingestion.documents import delete_document, upsert_document
 from bailing_knowledge.models import AgentSession, Document, KnowledgeBase
 
 pytestmark = pytest.mark.django_db
@@ -75,7 +71,7 @@ def test_knowledge_base_changes(django_capture_on_commit_callbacks):
         services.set_knowledge_base_enabled(kb, False)
         services.set_knowledge_base_enabled(kb, False)  # no change, no signal
         services.set_knowledge_base_enabled(kb, True)
-        set_knowledge_base_language(kb, "german")
+        services.set_knowledge_base_language(kb, "german")
     assert [(c["sender"], c["knowledge_base"].slug, c["change"]) for c in changed] == [
         (KnowledgeBase, "faq", "created"),
         (KnowledgeBase, "faq", "disabled"),

@@ -1,7 +1,8 @@
 """Knowledge bases, their documents and the documents' chunks.
 
-A knowledge base's new language or embedder goes through the ingestion operations that
-re-index it; uploads go through the `ingest_paths` service that `knowledge_ingest` uses.
+A knowledge base's new language or embedder goes through the services that re-index it
+(`services.reindex`); uploads go through the `ingest_paths` service that `knowledge_ingest`
+uses.
 Documents and chunks are written by ingestion only: the admin shows them, re-indexes and
 deletes documents, and never edits either.
 """
@@ -24,11 +25,6 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from .. import services
-from ..ingestion.documents import (
-    reindex_document,
-    set_knowledge_base_embedder,
-    set_knowledge_base_language,
-)
 from ..ingestion.loaders import supported_suffixes
 from ..models import Chunk, Document, KnowledgeBase, Route
 from ..services.ingest import FileOutcome, ingest_paths
@@ -36,6 +32,7 @@ from .actions import toggle_action
 from .display import ListMedia, ReadOnlyAdmin, changelist_link, count_of, short_time
 from .forms import DocumentUploadForm, KnowledgeBaseForm
 from .playground import document_chunks
+from .reindexing import ReindexQueuedFilter, documents, report_reindex, status_with_reindex
 
 
 class KnowledgeBaseAdmin(admin.ModelAdmin):
@@ -69,7 +66,10 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
 
         The other fields are saved first, with the old values of these two; the services
         then change them and re-index. The language goes first: its re-index only recomputes
-        lexical terms, while re-embedding recomputes everything, in the new language.
+        lexical terms, while re-embedding recomputes everything, in the new language. The
+        language's re-index is done before the page returns; re-embedding is too with the
+        immediate task backend, and is queued for a worker with any other: the message says
+        which.
         """
         switches = [field for field in ("embedder", "language") if field in form.changed_data]
         if not change or not switches:
@@ -80,15 +80,20 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
             setattr(obj, field, form.initial[field])
         super().save_model(request, obj, form, change)
         if "language" in new:
-            set_knowledge_base_language(obj, new["language"])
+            services.set_knowledge_base_language(obj, new["language"])
             self.message_user(
                 request,
                 f"Documents of {obj.slug} were re-indexed for the language {new['language']!r}.",
             )
         if "embedder" in new:
-            set_knowledge_base_embedder(obj, new["embedder"])
-            self.message_user(
-                request, f"Documents of {obj.slug} were re-embedded with {new['embedder']!r}."
+            report = services.set_knowledge_base_embedder(obj, new["embedder"])
+            report_reindex(
+                self,
+                request,
+                report,
+                subject=f"{obj.slug} now embeds with {new['embedder']!r}",
+                done="re-embedded",
+                doing="re-embedding",
             )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
@@ -97,13 +102,20 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
             .get_queryset(request)
             .annotate(
                 document_count=count_of(Document.objects.all(), "knowledge_base"),
+                reindex_waiting=count_of(
+                    Document.objects.all(), "knowledge_base", reindex_queued_at__isnull=False
+                ),
                 route_count=count_of(Route.knowledge_bases.through.objects.all(), "knowledgebase"),
             )
         )
 
     @admin.display(description="documents", ordering="document_count")
-    def document_count(self, obj: KnowledgeBase) -> int:
-        return obj.document_count
+    def document_count(self, obj: KnowledgeBase) -> str:
+        if not obj.reindex_waiting:
+            return str(obj.document_count)
+        return format_html(
+            "{}<br><small>{} waiting for re-index</small>", obj.document_count, obj.reindex_waiting
+        )
 
     @admin.display(description="routes", ordering="route_count")
     def route_count(self, obj: KnowledgeBase) -> int:
@@ -117,16 +129,25 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
     def documents_link(self, obj: KnowledgeBase) -> str:
         if obj.pk is None:
             return "-"
-        documents = changelist_link(
+        listed = changelist_link(
             self.admin_site,
             Document,
             f"knowledge_base__id__exact={obj.pk}",
             f"{obj.document_count} document(s)",
         )
+        if obj.reindex_waiting:
+            waiting = changelist_link(
+                self.admin_site,
+                Document,
+                f"knowledge_base__id__exact={obj.pk}&{ReindexQueuedFilter.parameter_name}="
+                f"{ReindexQueuedFilter.QUEUED}",
+                f"{obj.reindex_waiting} of {documents(obj.document_count)} waiting for re-index",
+            )
+            listed = format_html("{} &middot; {}", listed, waiting)
         upload = reverse(f"{self.admin_site.name}:bailing_knowledge_document_upload")
         return format_html(
             '{} &middot; <a href="{}?knowledge_base={}">Upload documents</a>',
-            documents,
+            listed,
             upload,
             obj.pk,
         )
@@ -193,41 +214,37 @@ class DocumentAdmin(admin.ModelAdmin):
         "source_key",
         "title",
         "knowledge_base",
-        "status",
+        "indexing_status",
         "revision",
         "chunk_count",
         "updated",
     )
     list_display_links = ("source_key", "title")
     Media = ListMedia
-    list_filter = ("status", "knowledge_base")
+    list_filter = ("status", ReindexQueuedFilter, "knowledge_base")
     list_select_related = ("knowledge_base",)
     search_fields = ("source_key", "title", "=knowledge_base__slug")
-    readonly_fields = (
-        "knowledge_base",
-        "source_key",
-        "title",
-        "status",
-        "revision",
-        "last_error",
-        "content_hash",
-        "chunk_count",
-        "metadata_json",
-        "body",
-        "chunks",
-        "created_at",
-        "updated_at",
-    )
     fieldsets = (
         (None, {"fields": ("knowledge_base", "source_key", "title")}),
         (
             "Indexing",
-            {"fields": ("status", "revision", "last_error", "content_hash", "chunk_count")},
+            {
+                "fields": (
+                    "status",
+                    "reindex_queued_at",
+                    "revision",
+                    "last_error",
+                    "content_hash",
+                    "chunk_count",
+                )
+            },
         ),
         ("Content", {"fields": ("metadata_json", "body")}),
         ("Chunks", {"fields": ("chunks",)}),
         ("History", {"fields": ("created_at", "updated_at")}),
     )
+    # Every field shown is read-only: documents are written by ingestion only.
+    readonly_fields = tuple(field for _, options in fieldsets for field in options["fields"])
     show_full_result_count = False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
@@ -296,14 +313,15 @@ class DocumentAdmin(admin.ModelAdmin):
 
     @admin.action(description="Reindex selected documents", permissions=["ingest"])
     def reindex_documents(self, request: HttpRequest, queryset: QuerySet) -> None:
-        counts: Counter[str] = Counter()
-        for document in queryset.select_related("knowledge_base"):
-            result = reindex_document(document)
-            counts[result.outcome] += 1
-            if result.error:
-                self.message_user(request, f"{document.source_key}: {result.error}", messages.ERROR)
-        summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
-        self.message_user(request, f"Reindexed: {summary}.", messages.INFO)
+        """Now with the immediate task backend, else queued: the message says which."""
+        report = services.reindex_documents(queryset.order_by("pk").defer("body"))
+        report_reindex(
+            self, request, report, subject="Reindex", done="re-indexed", doing="re-indexing"
+        )
+
+    @admin.display(description="status", ordering="status")
+    def indexing_status(self, obj: Document) -> str:
+        return status_with_reindex(obj)
 
     @admin.display(description="chunks", ordering="chunk_count")
     def chunk_count(self, obj: Document) -> int:

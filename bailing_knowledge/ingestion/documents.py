@@ -3,8 +3,9 @@
 The work lives in one module per step, each re-exported here: `validation` (cleaning
 input), `preparation` (chunk, embed and encode, without the database), `storage` (the COPY
 writer and the atomic swap of a new revision), `pipeline` (`upsert_document(s)` and their
-batches) and `maintenance` (re-index, switch embedder or language, delete). Import from
-here unless you need a step on its own.
+batches) and `maintenance` (re-index or delete a document). Import from here unless you
+need a step on its own. Operations on a whole knowledge base (re-index it, switch its
+embedder or language) are services: `bailing_knowledge.services.reindex`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,7 @@ from .maintenance import (
     delete_document,
     reindex_document,
     reindex_document_task,
-    reindex_knowledge_base,
     reindex_task,
-    set_knowledge_base_embedder,
-    set_knowledge_base_language,
 )
 from .outcomes import DocumentOutcome, UpsertResult
 from .pipeline import (
@@ -55,10 +53,7 @@ __all__ = [
     "prepare_documents",
     "reindex_document",
     "reindex_document_task",
-    "reindex_knowledge_base",
     "reindex_task",
-    "set_knowledge_base_embedder",
-    "set_knowledge_base_language",
     "upsert_document",
     "upsert_documents",
     "validation_message",

@@ -1,20 +1,19 @@
-"""Work on documents already stored: re-index, switch a KB's embedder or language, delete.
+"""Work on documents already stored: re-index one, delete one.
 
-Each keeps the guarantee of the pipeline: a document serves its old chunks until the new
-ones are written, in one transaction.
+A re-index keeps the guarantee of the pipeline: a document serves its old chunks until the
+new ones are written, in one transaction. The knowledge-base operations built on it
+(re-index a KB, switch its embedder or language) are services: `services.reindex`.
 """
 
 from __future__ import annotations
 
 from django.db import transaction
+from django.utils import timezone
 
 from .. import signals
-from ..conf import check_embedder_alias
 from ..lookups import get_knowledge_base
 from ..models import Chunk, Document, KnowledgeBase
-from ..retrieval.analysis import check_language
 from ..signals import send_on_commit
-from .lexicon import rebuild_lexical_index
 from .outcomes import DocumentOutcome, UpsertResult
 from .pipeline import index_document
 from .preparation import prepare_documents
@@ -26,11 +25,24 @@ from .validation import CleanDocument
 def reindex_document_task(document_id: int) -> UpsertResult:
     """Re-cut and re-embed a document's current content (e.g. after an embedder change).
 
-    The revision stays: the text is the same, so references to it remain valid.
+    The revision stays: the text is the same, so references to it remain valid. Whatever
+    the outcome (an exception included), the document's `reindex_queued_at` mark is cleared
+    when the work ends, unless a newer re-index was queued meanwhile: that one keeps it.
     """
     document = Document.objects.select_related("knowledge_base").filter(pk=document_id).first()
     if document is None:
         return UpsertResult(DocumentOutcome.FAILED, None, 0, "The document no longer exists.")
+    queued_at = document.reindex_queued_at
+    try:
+        return _reindex(document)
+    finally:
+        if queued_at is not None:
+            Document.objects.filter(pk=document_id, reindex_queued_at=queued_at).update(
+                reindex_queued_at=None
+            )
+
+
+def _reindex(document: Document) -> UpsertResult:
     if document.status != Document.Status.READY and not document.chunks.exists():
         return index_document(
             document.knowledge_base_id,
@@ -73,58 +85,20 @@ def reindex_task(document_id: int) -> str:
 
 
 def reindex_document(document: Document) -> UpsertResult:
-    """Re-index now (immediate backend) or queue it; a document never served turns `pending`."""
+    """Re-index now (immediate backend) or queue it.
+
+    A queued document is marked with `reindex_queued_at` until its task has run; one never
+    served also turns `pending`. A `ready` one stays `ready` and keeps serving its chunks.
+    """
     if runs_inline(reindex_task):
         return reindex_document_task(document.pk)
     with transaction.atomic():
+        Document.objects.filter(pk=document.pk).update(reindex_queued_at=timezone.now())
         Document.objects.filter(pk=document.pk, status=Document.Status.FAILED).update(
             status=Document.Status.PENDING
         )
         reindex_task.enqueue(document_id=document.pk)
     return UpsertResult(DocumentOutcome.QUEUED, document, source_key=document.source_key)
-
-
-def reindex_knowledge_base(kb: KnowledgeBase | str) -> list[UpsertResult]:
-    kb = get_knowledge_base(kb)
-    return [
-        reindex_document(document)
-        for document in Document.objects.filter(knowledge_base=kb).order_by("pk")
-    ]
-
-
-def set_knowledge_base_embedder(kb: KnowledgeBase | str, alias: str) -> KnowledgeBase:
-    """Switch a KB to another embedder and re-embed its documents with it."""
-    kb = get_knowledge_base(kb)
-    check_embedder_alias(alias)
-    if kb.embedder == alias:
-        return kb
-    KnowledgeBase.objects.filter(pk=kb.pk).update(embedder=alias)
-    kb.embedder = alias
-    reindex_knowledge_base(kb)
-    send_on_commit(
-        signals.knowledge_base_changed, KnowledgeBase, knowledge_base=kb, change="embedder"
-    )
-    return kb
-
-
-def set_knowledge_base_language(kb: KnowledgeBase | str, language: str) -> KnowledgeBase:
-    """Switch a KB to another text language and re-index its chunks' terms with it.
-
-    The chunks keep their text and vectors; only their lexemes and the KB's term
-    statistics are computed again, in one transaction.
-    """
-    kb = get_knowledge_base(kb)
-    check_language(language)
-    if kb.language == language:
-        return kb
-    with transaction.atomic():
-        KnowledgeBase.objects.filter(pk=kb.pk).update(language=language)
-        kb.language = language
-        rebuild_lexical_index(kb)
-        send_on_commit(
-            signals.knowledge_base_changed, KnowledgeBase, knowledge_base=kb, change="language"
-        )
-    return kb
 
 
 @transaction.atomic

@@ -51,7 +51,7 @@ def create_knowledge_base(
 
     `language` (a code of `retrieval.analysis.LANGUAGES`) decides how its documents and the
     queries against them are cut into lexical terms; change it later with
-    `ingestion.documents.set_knowledge_base_language`, which re-indexes the documents.
+    `services.set_knowledge_base_language`, which re-indexes the documents.
     """
     check_embedder_alias(embedder)
     check_language(language)

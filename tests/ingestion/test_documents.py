@@ -146,23 +146,6 @@ def test_reindex_keeps_the_revision(kb):
     assert not old_ids & {c.pk for c in _chunks(document)}
 
 
-def test_changing_the_embedder_re_embeds(kb, settings):
-    settings.BAILING_KNOWLEDGE = {
-        "EMBEDDERS": {
-            "default": {"BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder"},
-            "small": {
-                "BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder",
-                "OPTIONS": {"DIMENSIONS": 64},
-            },
-        }
-    }
-    document = ingest.upsert_document(kb, "a.md", "Title", BODY).document
-    ingest.set_knowledge_base_embedder(kb, "small")
-    assert {c.embedding_dimensions for c in _chunks(document)} == {64}
-    with pytest.raises(ValidationError):
-        ingest.set_knowledge_base_embedder(kb, "missing")
-
-
 def test_delete_document(kb):
     document = ingest.upsert_document(kb, "a.md", "Title", BODY).document
     assert ingest.delete_document(kb, "a.md") is True

@@ -7,12 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 from bailing_knowledge import services
-from bailing_knowledge.ingestion.documents import (
-    delete_document,
-    reindex_document,
-    set_knowledge_base_language,
-    upsert_document,
-)
+from bailing_knowledge.ingestion.documents import delete_document, reindex_document, upsert_document
 from bailing_knowledge.ingestion.lexicon import rebuild_lexical_index
 from bailing_knowledge.models import Document, KnowledgeBase, LexiconTerm
 from bailing_knowledge.retrieval.lexical import lexical_ranking
@@ -87,7 +82,7 @@ def test_top_levels_bound_every_posting(kb):
 def test_changing_the_language_reindexes_the_terms(kb):
     upsert_document(kb, "run.md", "Exercise", "She runs every morning.")
     assert lexical_ranking("running", [kb], Visibility(), 5)
-    kb = set_knowledge_base_language(kb, "simple")
+    kb = services.set_knowledge_base_language(kb, "simple")
     assert KnowledgeBase.objects.get(pk=kb.pk).language == "simple"
     assert lexical_ranking("running", [kb], Visibility(), 5) == []
     assert lexical_ranking("runs", [kb], Visibility(), 5)
@@ -97,7 +92,7 @@ def test_changing_the_language_reindexes_the_terms(kb):
 def test_an_unknown_language_is_refused_and_nothing_changes(kb):
     upsert_document(kb, "run.md", "Exercise", "She runs every morning.")
     with pytest.raises(ValidationError):
-        set_knowledge_base_language(kb, "klingon")
+        services.set_knowledge_base_language(kb, "klingon")
     assert KnowledgeBase.objects.get(pk=kb.pk).language == "english"
 
 

@@ -10,7 +10,6 @@ import argparse
 from typing import Any
 
 from bailing_knowledge import services
-from bailing_knowledge.ingestion.documents import set_knowledge_base_language
 from bailing_knowledge.ingestion.lexicon import rebuild_lexical_index
 from bailing_knowledge.management.base import ServiceCommand, knowledge_base_data
 from bailing_knowledge.models import KnowledgeBase
@@ -114,7 +113,7 @@ class Command(ServiceCommand):
 
     def handle_set_language(self, **options: Any) -> None:
         before = services.get_knowledge_base(options["slug"]).language
-        kb = set_knowledge_base_language(options["slug"], options["language"])
+        kb = services.set_knowledge_base_language(options["slug"], options["language"])
         if kb.language == before:
             done = f"Knowledge base {kb.slug} already uses the language {kb.language!r}."
         else:

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from bailing_knowledge import services
-from bailing_knowledge.ingestion.documents import reindex_knowledge_base, upsert_document
+from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.ingestion.loaders import discover, load_file
 from bailing_knowledge.models import AgentSession, Chunk, Client, KnowledgeBase, Route
 from bailing_knowledge.retrieval.embedders import get_embedder
@@ -93,7 +93,7 @@ class Command(BaseCommand):
         # Vectors of another size come from an earlier embedder setting: embed them again.
         chunks = Chunk.objects.filter(knowledge_base=kb)
         if chunks.exclude(embedding_dimensions=get_embedder(kb.embedder).dimensions).exists():
-            reindex_knowledge_base(kb)
+            services.reindex_knowledge_base(kb)
         for item in discover([KNOWLEDGE_DIR]):
             loaded = load_file(item.path, source_key=item.source_key)
             upsert_document(kb, item.source_key, loaded.title, loaded.body, loaded.metadata)
