@@ -25,6 +25,15 @@ sum, over the terms, of the bound of the highest level not read yet. Reading sto
 `limit`-th best score exceeds that bound, so the top `limit` are exactly an exhaustive
 BM25's; the cost follows how deep the answer lies, not how many chunks contain a term.
 Visibility is part of every round's WHERE clause, so hidden chunks never take a slot.
+
+**Closing round.** That bound assumes an unread chunk holds every term at its highest unread
+level, which a query of several terms rarely meets: its top chunks hold some of the terms,
+not all. Once no single term's bound reaches the proven score, a chunk can only beat it by
+holding one of the smallest combinations of terms whose bounds together reach it; one last
+statement reads the unread chunks holding any of those combinations (an OR of ANDs, which the
+GIN index answers by intersecting posting lists) and the proof is complete. The intersection
+costs what the posting lists are long, so the round is taken only while they are short
+(`COMBINED_POSTINGS`); otherwise levels are read on.
 """
 
 from __future__ import annotations
@@ -92,6 +101,11 @@ FEW = 300
 #: weighs rank 1 five times rank 40): those are proven, the rest are the best found.
 PRUNING = 1.0
 EXACT_RANKS = 10
+#: Most term combinations one closing round asks for (past it, levels are read on).
+MAX_COMBINATIONS = 64
+#: Postings (summed over the terms of the combinations) past which the closing round is not
+#: tried: the GIN index intersects whole posting lists, so its cost follows their length.
+COMBINED_POSTINGS = 10_000
 
 SEPARATOR = "|"
 # The totals of a knowledge base live in its lexicon row with the empty term.
@@ -229,6 +243,19 @@ CROSS JOIN LATERAL (
 LIMIT %(budget)s
 """
 
+# The closing round: every unread chunk holding one of the combinations of terms that could
+# still reach the proven ranks (`_combinations`), as one tsquery of ANDs under an OR.
+_COMBINED = """/* bk:lexical */
+SELECT c.id, c.lexical_length,
+       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{a}')::text, 0,
+       c.document_id
+FROM bailing_knowledge_chunk c
+WHERE c.search_vector @@ %(combined)s::tsquery
+  AND c.knowledge_base_id + 0 = ANY(%(kbs)s)
+  AND c.id <> ALL(%(seen)s::bigint[])
+LIMIT %(budget)s
+"""
+
 # SQL from module constants only; values go in as parameters.
 _VISIBLE = f"""/* bk:lexical */
 SELECT c.id FROM bailing_knowledge_chunk c, bailing_knowledge_document d
@@ -265,6 +292,8 @@ class LexicalLeg:
         self.rounds = 0
         self.chunks_read = 0
         self.truncated = False
+        #: Whether a closing round over combinations of terms ended it (`_combinations`).
+        self.combined = False
         #: The document of each chunk scored.
         self.documents: dict[int, int] = {}
 
@@ -292,7 +321,7 @@ class LexicalLeg:
                 configure_search(own)
                 return self.ranking(limit, own)
         self.rounds = self.chunks_read = 0
-        self.truncated = False
+        self.truncated = self.combined = False
         self._visible: set[int] = set()
         self._hidden: set[int] = set()
         prepared = self._prepare(cursor)
@@ -360,6 +389,36 @@ class LexicalLeg:
             if budget <= 0 or self.rounds >= MAX_ROUNDS:
                 # Out of budget: the best found so far (an approximation, rarely different).
                 self.truncated = True
+                break
+            combinations = _combinations(
+                {t: scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0}, kth
+            )
+            if combinations and (
+                sum(stats.df[t] for t in set(itertools.chain(*combinations))) <= COMBINED_POSTINGS
+            ):
+                # No term can reach the proven ranks on its own: the chunks that still can
+                # hold one of these combinations; read them all and the proof is complete.
+                self.rounds += 1
+                cursor.execute(
+                    _COMBINED,
+                    {
+                        **params,
+                        "combined": " | ".join(
+                            "(" + " & ".join(_wanted(t, -1) for t in group) + ")"
+                            for group in combinations
+                        ),
+                        "seen": _id_array(scores, self._hidden),
+                        "budget": budget,
+                    },
+                )
+                rows = cursor.fetchall()
+                for chunk_id, length, vector, _, document_id in rows:
+                    self.documents[chunk_id] = document_id
+                    scores[chunk_id] = score = scorer.score(vector, length)
+                    leaders.offer(chunk_id, score)
+                self._admit(cursor, scores, leaders, params)
+                self.truncated = len(rows) >= budget
+                self.combined = True
                 break
             size *= GROWTH
             floor = _floor([scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0], kth)
@@ -465,6 +524,33 @@ def _wanted(term: str, value: int) -> str:
 def _top(items: Iterable[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
     """The `limit` best (id, score), best first, ties by id."""
     return [(i, -s) for s, i in heapq.nsmallest(limit, ((-s, i) for i, s in items))]
+
+
+def _combinations(bounds: dict[str, float], kth: float) -> list[tuple[str, ...]] | None:
+    """The smallest sets of terms whose unread bounds together reach `kth`: an unread chunk
+    can beat the proven ranks only if it holds one of them. None while a single term
+    reaches it (its levels are read first) or when there would be too many."""
+    items = sorted(((bound, term) for term, bound in bounds.items() if bound > 0), reverse=True)
+    if kth <= 0 or not items or items[0][0] >= kth:
+        return None
+    suffix = [*itertools.accumulate(bound for bound, _ in reversed(items))][::-1]
+    suffix.append(0.0)
+    found: list[tuple[str, ...]] = []
+
+    def extend(start: int, chosen: tuple[str, ...], total: float) -> bool:
+        for index in range(start, len(items)):
+            if total + suffix[index] < kth:
+                return True
+            bound, term = items[index]
+            if total + bound >= kth:
+                found.append((*chosen, term))
+                if len(found) > MAX_COMBINATIONS:
+                    return False
+            elif not extend(index + 1, (*chosen, term), total + bound):
+                return False
+        return True
+
+    return found if extend(0, (), 0.0) and found else None
 
 
 def _floor(bounds: list[float], kth: float) -> float:

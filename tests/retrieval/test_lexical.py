@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import Counter
 
 import pytest
 from django.db import connection, transaction
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bailing_knowledge import services
 from bailing_knowledge.ingestion.documents import DocumentInput, upsert_document, upsert_documents
@@ -251,3 +254,48 @@ def test_a_round_is_served_by_an_index(kb):
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Seq Scan on bailing_knowledge_chunk" not in plan, plan
     assert "Index Scan" in plan, plan
+
+
+def test_a_closing_round_over_term_combinations_keeps_the_top_k_exact(kb, monkeypatch):
+    """Once no single term can reach the proven ranks, the chunks holding a combination of
+    terms that still can are read in one round; the ranks stay those of an exhaustive BM25."""
+    monkeypatch.setattr(lexical, "FIRST_ROUND", 8)
+    monkeypatch.setattr(lexical, "FEW", 5)
+    _random_corpus(kb, 120, seed=21)
+    rng = random.Random(9)
+    combined = 0
+    for _ in range(40):
+        query = " ".join(rng.sample(VOCABULARY[:40], k=rng.randint(2, 5)))
+        leg = LexicalLeg(query, [kb], Visibility(), kb.language)
+        found = leg.ranking(10)
+        expected = LexicalLeg(query, [kb], Visibility(), kb.language).exhaustive(10)
+        assert [c for c, _ in found] == [c for c, _ in expected], query
+        assert not leg.truncated
+        combined += leg.combined
+    assert combined >= 10, combined  # the path under test was taken
+
+
+@given(
+    bounds=st.dictionaries(
+        st.sampled_from("abcdefgh"), st.floats(0.01, 5.0, allow_nan=False), min_size=1
+    ),
+    kth=st.floats(0.01, 12.0, allow_nan=False),
+)
+def test_the_combinations_cover_every_set_of_terms_that_could_rank(bounds, kth):
+    """Each set of terms whose bounds reach `kth` holds a combination, and each combination
+    is minimal: so reading the chunks holding one misses no chunk that could rank."""
+    combinations = lexical._combinations(bounds, kth)
+    terms = sorted(bounds)
+    if max(bounds.values()) >= kth or sum(bounds.values()) < kth:
+        assert combinations is None
+        return
+    if combinations is None:  # more than MAX_COMBINATIONS: levels are read on instead
+        return
+    found = [set(group) for group in combinations]
+    for size in range(1, len(terms) + 1):
+        for subset in itertools.combinations(terms, size):
+            if sum(bounds[t] for t in subset) >= kth:
+                assert any(group <= set(subset) for group in found), subset
+    for group in found:
+        assert sum(bounds[t] for t in group) >= kth
+        assert all(sum(bounds[t] for t in group - {t}) < kth for t in group)
