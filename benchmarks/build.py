@@ -87,9 +87,12 @@ def build_version(target_chunks: int, dataset: Path) -> str:
 
 def _lexical_format() -> int:
     """The lexical index format the rows were written in (0 before the BM25 index)."""
-    from bailing_knowledge.retrieval import lexical
+    try:
+        from bailing_knowledge.retrieval import postings
+    except ImportError:  # before the format had a module of its own
+        from bailing_knowledge.retrieval import lexical as postings
 
-    return getattr(lexical, "INDEX_FORMAT", 0)
+    return getattr(postings, "INDEX_FORMAT", 0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 
 from ..models import KnowledgeBase
 from ..retrieval.analysis import document_terms
-from ..retrieval.lexical import chunk_terms, encode_terms
+from ..retrieval.postings import chunk_terms, encode_terms
 
 BATCH_CHUNKS = 2000
 

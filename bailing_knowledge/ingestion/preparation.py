@@ -17,7 +17,7 @@ from typing import Any
 from ..conf import knowledge_settings
 from ..retrieval.analysis import document_terms
 from ..retrieval.embedders import EmbedderError, get_embedder
-from ..retrieval.lexical import chunk_terms, encode_terms
+from ..retrieval.postings import chunk_terms, encode_terms
 from .chunker import chunk_spans
 from .validation import CleanDocument
 

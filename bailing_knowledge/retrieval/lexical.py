@@ -10,13 +10,8 @@ kept exact by triggers on the chunk table), `tf` the term's count in the chunk a
 chunk's length in terms. A chunk's terms are those of its text and of its document's title,
 analysed in the knowledge base's language (`analysis.document_terms`).
 
-**Index layout.** A chunk's `search_vector` holds one lexeme per distinct term,
-``<term>|<level>``, and its GIN index therefore lists, for every term and level, the chunks
-whose weight for that term falls in that level; `lexical_terms` (not indexed) holds each term
-with positions ``1..tf``, from which a chunk found is scored exactly. The level (00-99)
-places the term's saturation ``κ = tf / (tf + k1₀ · (1 - b₀ + b₀ · dl / L₀))`` on a
-logarithmic scale (about 6 % per level), computed with fixed reference constants, so a
-chunk's lexemes never depend on statistics that change as other documents come and go.
+**Index layout** (`postings`): each chunk is listed in the GIN index under ``<term>|<level>``
+lexemes, the level a logarithmic bucket of the term's weight in that chunk.
 
 **Query.** Levels are read from the top down, all query terms at once, one statement per
 round (the threshold algorithm): each chunk found is scored exactly from its own lexemes
@@ -43,7 +38,6 @@ import itertools
 import logging
 import math
 from bisect import insort
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -54,25 +48,16 @@ from django.db import connection, transaction
 
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
-from .analysis import document_terms, query_terms
+from .analysis import query_terms
+from .postings import LEVEL_Q, SEPARATOR, lexeme, quoted, reference_parts
 from .session import configure_search
 from .visibility import DOCUMENT_VISIBLE_SQL, Visibility, group_knowledge_bases
 
 logger = logging.getLogger("bailing_knowledge")
 
-#: Levels of a posting's weight, and the span of ln(κ) they cover (κ from e^-6 to 1).
-LEVELS = 100
-LEVEL_SPAN = 6.0
-#: Reference constants of the levels: BM25's k1 and b (the defaults), and a typical chunk
-#: length in terms. Scores use the configured values; these only order the postings. They
-#: are part of the index format (`INDEX_FORMAT`): chunks indexed with other constants need
-#: `knowledge_base reindex-lexical`.
-INDEX_FORMAT = 1
-REFERENCE_K1 = 1.2
-REFERENCE_B = 0.5
-REFERENCE_LENGTH = 100.0
-#: A tsvector keeps at most 256 positions per lexeme: `tf` is counted up to that.
-MAX_TF = 256
+# The totals of a knowledge base live in its lexicon row with the empty term.
+TOTALS = ""
+
 #: Longest query the leg analyses, in terms.
 MAX_QUERY_TERMS = 32
 #: Guards: rounds per search and chunks read per search. Past them the answer is the best
@@ -106,70 +91,6 @@ MAX_COMBINATIONS = 64
 #: Postings (summed over the terms of the combinations) past which the closing round is not
 #: tried: the GIN index intersects whole posting lists, so its cost follows their length.
 COMBINED_POSTINGS = 10_000
-
-SEPARATOR = "|"
-# The totals of a knowledge base live in its lexicon row with the empty term.
-TOTALS = ""
-
-_POSITIONS = ["", *(",".join(map(str, range(1, n + 1))) for n in range(1, MAX_TF + 1))]
-
-
-def _reference_parts() -> tuple[float, float]:
-    return REFERENCE_K1 * (1 - REFERENCE_B), REFERENCE_K1 * REFERENCE_B / REFERENCE_LENGTH
-
-
-@lru_cache(maxsize=65536)
-def level(tf: int, length: int) -> int:
-    """The level of a term occurring `tf` times in a chunk of `length` terms."""
-    a0, b0 = _reference_parts()
-    kappa = tf / (tf + a0 + b0 * length)
-    return max(0, min(LEVELS - 1, int((math.log(kappa) + LEVEL_SPAN) * LEVELS / LEVEL_SPAN)))
-
-
-def _level_ceiling(value: int) -> float:
-    """The largest κ a posting of level `value` can have."""
-    if value >= LEVELS - 1:
-        return 1.0
-    return math.exp((value + 1) * LEVEL_SPAN / LEVELS - LEVEL_SPAN)
-
-
-# q(L) = 1/κ_max(L) - 1: a posting of level L has (k1₀ · (1 - b₀ + b₀ · dl / L₀)) / tf ≥ q(L).
-_LEVEL_Q = [1.0 / _level_ceiling(value) - 1.0 for value in range(LEVELS)]
-
-
-def lexeme(term: str, value: int) -> str:
-    return f"{term}{SEPARATOR}{value:02d}"
-
-
-def _quoted(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-@dataclass(frozen=True)
-class EncodedTerms:
-    """A chunk's lexical columns: `search_vector`, `lexical_terms` (as tsvector literals)
-    and `lexical_length`."""
-
-    levels: str
-    terms: str
-    length: int
-
-
-def encode_terms(terms: Sequence[str]) -> EncodedTerms:
-    """The lexical columns of a chunk indexed under `terms` (in order, with repetitions)."""
-    length = len(terms)
-    counts = [(term, min(tf, MAX_TF)) for term, tf in Counter(terms).items()]
-    return EncodedTerms(
-        " ".join(_quoted(lexeme(term, level(tf, length))) for term, tf in counts),
-        " ".join(_quoted(term) + ":" + _POSITIONS[tf] for term, tf in counts),
-        length,
-    )
-
-
-def chunk_terms(text: str, title_terms: Sequence[str], language: str) -> list[str]:
-    """The terms a chunk is indexed under: its own text's, then its document title's."""
-    return [*document_terms(text, language), *title_terms]
-
 
 # --------------------------------------------------------------------------------------------
 # Statistics
@@ -460,7 +381,7 @@ class LexicalLeg:
             {
                 **self.visibility.params(self.kb_ids),
                 "terms": list(idf),
-                "tsquery": " | ".join(_quoted(t + SEPARATOR) + ":*" for t in idf),
+                "tsquery": " | ".join(quoted(t + SEPARATOR) + ":*" for t in idf),
             },
         )
         scores = {row[0]: scorer.score(row[2], row[1]) for row in cursor.fetchall()}
@@ -517,8 +438,8 @@ def _id_array(*groups: Iterable[int]) -> str:
 def _wanted(term: str, value: int) -> str:
     """The tsquery of one level of a term, or of all its levels (`value` -1)."""
     if value < 0:
-        return _quoted(term + SEPARATOR) + ":*"
-    return _quoted(lexeme(term, value))
+        return quoted(term + SEPARATOR) + ":*"
+    return quoted(lexeme(term, value))
 
 
 def _top(items: Iterable[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
@@ -576,11 +497,11 @@ class _Scorer:
         self.idf = idf
         self.a = bm25.k1 * (1 - bm25.b)
         self.b = bm25.k1 * bm25.b / average_length
-        a0, b0 = _reference_parts()
+        a0, b0 = reference_parts()
         # K / tf ≥ rho · K₀ / tf for every chunk length (K and K₀ are affine in dl).
         self.rho = min(self.a / a0 if a0 else math.inf, self.b / b0 if b0 else math.inf)
         self._bounds = {
-            term: [weight * (self.k1 + 1) / (1 + self.rho * q) for q in _LEVEL_Q]
+            term: [weight * (self.k1 + 1) / (1 + self.rho * q) for q in LEVEL_Q]
             for term, weight in idf.items()
         }
         self._scores: dict[tuple[str, int], float] = {}

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from bailing_knowledge import services, signing
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Chunk, Document, Run
-from bailing_knowledge.retrieval.lexical import encode_terms
+from bailing_knowledge.retrieval.postings import encode_terms
 from bailing_knowledge.services.search import SearchOptions, search
 
 from .conftest import AgentCaller, assert_error

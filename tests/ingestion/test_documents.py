@@ -323,7 +323,7 @@ def _float4(values):
 def test_chunks_hold_the_embedders_vectors_and_the_lexical_terms(kb):
     from bailing_knowledge.retrieval.analysis import document_terms
     from bailing_knowledge.retrieval.embedders import get_embedder
-    from bailing_knowledge.retrieval.lexical import chunk_terms, encode_terms
+    from bailing_knowledge.retrieval.postings import chunk_terms, encode_terms
 
     body = (
         "# 退货\n\n退货政策：三十天内可以退货。Returns café — naïve “quotes” \\ backslash.\n\n"

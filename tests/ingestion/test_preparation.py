@@ -14,7 +14,7 @@ from bailing_knowledge.ingestion.preparation import (
 from bailing_knowledge.ingestion.validation import clean_document
 from bailing_knowledge.retrieval.analysis import document_terms
 from bailing_knowledge.retrieval.embedders import EmbedderError, HashingEmbedder, get_embedder
-from bailing_knowledge.retrieval.lexical import chunk_terms, encode_terms
+from bailing_knowledge.retrieval.postings import chunk_terms, encode_terms
 
 # No `django_db` mark: any query would fail the test.
 

@@ -16,14 +16,10 @@ from bailing_knowledge import services
 from bailing_knowledge.ingestion.documents import DocumentInput, upsert_document, upsert_documents
 from bailing_knowledge.models import Chunk
 from bailing_knowledge.retrieval import lexical
-from bailing_knowledge.retrieval.analysis import document_terms
 from bailing_knowledge.retrieval.lexical import (
-    LEVELS,
     Bm25,
     LexicalLeg,
-    encode_terms,
     exhaustive_ranking,
-    level,
     lexical_ranking,
 )
 from bailing_knowledge.retrieval.visibility import Visibility
@@ -213,26 +209,6 @@ def test_kbs_of_other_languages_are_searched_in_their_own_language(kb):
     for query in ("haus", "house", "groß big"):
         expected = exhaustive_ranking(query, [kb, german], Visibility(), 5)
         assert lexical_ranking(query, [kb, german], Visibility(), 5) == expected
-
-
-def test_levels_rise_with_frequency_and_fall_with_length():
-    assert level(2, 100) > level(1, 100)
-    assert level(1, 50) > level(1, 400)
-    assert 0 <= level(1, 10**6) <= level(256, 1) <= LEVELS - 1
-
-
-def test_encoded_terms_round_trip_through_postgresql():
-    terms = document_terms("Refunds: refunds are paid in 30 days — 退款政策", "english")
-    encoded = encode_terms(terms)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT array_length(tsvector_to_array(%s::tsvector), 1), "
-            "(SELECT sum(array_length(positions, 1)) FROM unnest(%s::tsvector))",
-            [encoded.levels, encoded.terms],
-        )
-        distinct, total = cursor.fetchone()
-    assert distinct == len(set(terms))
-    assert total == encoded.length == len(terms)
 
 
 def test_a_round_is_served_by_an_index(kb):
