@@ -61,9 +61,9 @@ TOTALS = ""
 #: Longest query the leg analyses, in terms.
 MAX_QUERY_TERMS = 32
 #: Guards: rounds per search and chunks read per search. Past them the answer is the best
-#: found, not proven exact: at 100k NFCorpus chunks, 2,000 reads leave 314 of the 323 test
-#: queries' top 10s exact (1,000: 293; 4,000: 321), and on NFCorpus itself all of them
-#: (docs/performance.md).
+#: found, not proven exact: at 100k NFCorpus chunks, 2,000 reads leave 315 of the 323 test
+#: queries' top 10s exact (1,000: 301; 1,500: 312; 4,000: 321), and on NFCorpus itself all
+#: of them (docs/performance.md).
 MAX_ROUNDS = 12
 MAX_CHUNKS_READ = 2_000
 #: Chunks the first round reads, and how much larger each next round may be: a round reads
