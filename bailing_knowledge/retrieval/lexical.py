@@ -185,7 +185,7 @@ LIMIT %(budget)s
 # SQL from module constants only; values go in as parameters.
 _VISIBLE = f"""/* bk:lexical */
 SELECT c.id FROM bailing_knowledge_chunk c, bailing_knowledge_document d
-WHERE c.id = ANY(%(ids)s) AND {DOCUMENT_VISIBLE_SQL}
+WHERE c.id = ANY(%(ids)s::bigint[]) AND {DOCUMENT_VISIBLE_SQL}
 """  # noqa: S608
 
 # The reference: every chunk holding a query term, visible ones only.
@@ -289,7 +289,7 @@ class LexicalLeg:
                 _ROUND,
                 {
                     **params,
-                    "wanted": [_wanted(term, value) for _, term, value in wanted],
+                    "wanted": _text_array(_wanted(term, value) for _, term, value in wanted),
                     "seen": _id_array(scores, self._hidden),
                     "budget": size,
                 },
@@ -360,7 +360,7 @@ class LexicalLeg:
             unchecked = [i for i in leaders.ids() if i not in self._visible]
             if not unchecked:
                 return
-            cursor.execute(_VISIBLE, {**params, "ids": unchecked})
+            cursor.execute(_VISIBLE, {**params, "ids": _id_array(unchecked)})
             visible = {row[0] for row in cursor.fetchall()}
             self._visible |= visible
             hidden = [chunk_id for chunk_id in unchecked if chunk_id not in visible]
@@ -437,6 +437,17 @@ def _id_array(*groups: Iterable[int]) -> str:
     """An array literal of ids (`{1,2,3}`), cast to `bigint[]` in SQL: one join instead of
     the driver's adaptation of each of up to 2,000 ids, every round."""
     return "{" + ",".join(map(str, itertools.chain(*groups))) + "}"
+
+
+def _text_array(items: Iterable[str]) -> str:
+    """An array literal of strings, cast to `text[]` in SQL: one string for the driver to
+    quote instead of up to `ROUND_LEXEMES` elements, each quoted in Python, every round."""
+    return "{" + ",".join('"' + _array_escaped(item) + '"' for item in items) + "}"
+
+
+def _array_escaped(item: str) -> str:
+    """An array element's text as it goes between double quotes in an array literal."""
+    return item.replace("\\", "\\\\").replace('"', '\\"')
 
 
 @lru_cache(maxsize=65536)

@@ -275,3 +275,12 @@ def test_the_combinations_cover_every_set_of_terms_that_could_rank(bounds, kth):
     for group in found:
         assert sum(bounds[t] for t in group) >= kth
         assert all(sum(bounds[t] for t in group - {t}) < kth for t in group)
+
+
+@given(st.lists(st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]))))
+def test_array_literals_round_trip_through_postgresql(items):
+    """The lexemes a round asks for go to PostgreSQL as one `text[]` literal, whatever
+    quotes, backslashes, braces or commas the terms hold."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::text[]", [lexical._text_array(items)])
+        assert cursor.fetchone()[0] == items
