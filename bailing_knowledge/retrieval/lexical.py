@@ -289,7 +289,9 @@ class LexicalLeg:
                 _ROUND,
                 {
                     **params,
-                    "wanted": _text_array(_wanted(term, value) for _, term, value in wanted),
+                    "wanted": "{"
+                    + ",".join(_wanted_element(term, value) for _, term, value in wanted)
+                    + "}",
                     "seen": _id_array(scores, self._hidden),
                     "budget": size,
                 },
@@ -442,12 +444,18 @@ def _id_array(*groups: Iterable[int]) -> str:
 def _text_array(items: Iterable[str]) -> str:
     """An array literal of strings, cast to `text[]` in SQL: one string for the driver to
     quote instead of up to `ROUND_LEXEMES` elements, each quoted in Python, every round."""
-    return "{" + ",".join('"' + _array_escaped(item) + '"' for item in items) + "}"
+    return "{" + ",".join(map(_array_element, items)) + "}"
 
 
-def _array_escaped(item: str) -> str:
-    """An array element's text as it goes between double quotes in an array literal."""
-    return item.replace("\\", "\\\\").replace('"', '\\"')
+def _array_element(item: str) -> str:
+    """`item` as an element of an array literal: in double quotes, its own escaped."""
+    return '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@lru_cache(maxsize=65536)
+def _wanted_element(term: str, value: int) -> str:
+    """`_wanted` as an array element, escaped once."""
+    return _array_element(_wanted(term, value))
 
 
 @lru_cache(maxsize=65536)
