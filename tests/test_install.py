@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -267,8 +268,9 @@ def _free_port() -> int:
 
 
 def test_the_demo_serves_and_finds_a_paraphrase_with_wordllama(tmp_path, scratch_database):
-    """`make demo` end to end: the example project's embedder is WordLlama, so a query that
-    shares no word with the refund policy ("money back") finds it first, over real HTTP."""
+    """`make demo` end to end: the example project's embedder is WordLlama, so the query the
+    demo suggests, which shares no word with the refund policy ("money back"), finds it
+    first, over real HTTP."""
     pytest.importorskip("wordllama")
     url = connection_url(_admin_conninfo(), scratch_database)
     env = {
@@ -301,9 +303,12 @@ def test_the_demo_serves_and_finds_a_paraphrase_with_wordllama(tmp_path, scratch
                 continue
             token = found.group(1)
             try:
+                # The query of the `curl` line the demo prints, as a first user would try it.
+                suggested = re.search(r"-d '(\{.*?\})'", log.read_text())
+                assert suggested is not None, log.read_text()
                 answer = httpx.post(
                     search,
-                    json={"query": "money back"},
+                    json=json.loads(suggested.group(1)),
                     headers={"Authorization": f"Bearer {token}"},
                     timeout=10,
                 )

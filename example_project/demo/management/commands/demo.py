@@ -70,7 +70,8 @@ class Command(BaseCommand):
         out("Try it (in another terminal):")
         auth = shlex.quote("Authorization: Bearer " + token)
         out(f"  curl -s -H {auth} {capabilities}")
-        query = shlex.quote('{"query": "how do I get my money back"}')
+        # Shares no word with the refund policy, which comes first all the same (WordLlama).
+        query = shlex.quote('{"query": "money back"}')
         out(f"  curl -s -H {auth} -H 'Content-Type: application/json' -d {query} {search}")
         out("")
         out(f"Admin: {hub}/admin/  {password_note}")
