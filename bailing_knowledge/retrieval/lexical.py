@@ -17,27 +17,27 @@ lexemes, the level a logarithmic bucket of the term's weight in that chunk.
 round (the threshold algorithm): each chunk found is scored exactly from its own lexemes
 (their positions give `tf`) and its length; the chunks not found yet can score at most the
 sum, over the terms, of the bound of the highest level not read yet. Reading stops when the
-`limit`-th best score exceeds that bound, so the top `limit` are exactly an exhaustive
-BM25's; the cost follows how deep the answer lies, not how many chunks contain a term.
-Visibility is part of every round's WHERE clause, so hidden chunks never take a slot.
+`EXACT_RANKS`-th best score (or the `limit`-th, if fewer) exceeds that bound, so those first
+ranks are exactly an exhaustive BM25's; the cost follows how deep the answer lies, not how
+many chunks contain a term. Before a chunk counts among the best, its document is checked
+(`_VISIBLE`: ready, at the chunk's revision, audience and roles), so a hidden chunk never
+takes a rank or decides when reading stops.
 
 **Closing round.** That bound assumes an unread chunk holds every term at its highest unread
 level, which a query of several terms rarely meets: its top chunks hold some of the terms,
 not all. Once no single term's bound reaches the proven score, a chunk can only beat it by
 holding one of the smallest combinations of terms whose bounds together reach it; one last
 statement reads the unread chunks holding any of those combinations (an OR of ANDs, which the
-GIN index answers by intersecting posting lists) and the proof is complete. The intersection
-costs what the posting lists are long, so the round is taken only while they are short
-(`COMBINED_POSTINGS`); otherwise levels are read on.
+GIN index answers by intersecting posting lists) and the proof is complete, unless the read
+budget runs out first. The intersection costs what the posting lists are long, so the round
+is taken only while they are short (`COMBINED_POSTINGS`); otherwise levels are read on.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import math
-from bisect import insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -46,10 +46,10 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .analysis import query_terms
-from .postings import LEVEL_Q, SEPARATOR, lexeme, quoted, reference_parts
+from .bm25 import SLACK, Bm25, Leaders, Scorer, level_floor, reaching_combinations, top
+from .postings import SEPARATOR, lexeme, quoted
 from .session import configure_search
 from .visibility import DOCUMENT_VISIBLE_SQL, Visibility, group_knowledge_bases
 
@@ -91,27 +91,12 @@ FEW = 300
 #: weighs rank 1 five times rank 40): those are proven, the rest are the best found.
 PRUNING = 1.0
 EXACT_RANKS = 10
-#: Most term combinations one closing round asks for (past it, levels are read on).
-MAX_COMBINATIONS = 64
 #: Postings (summed over the terms of the combinations) past which the closing round is not
 #: tried: the GIN index intersects whole posting lists, so its cost follows their length.
+#: Counted over every knowledge base: the index lists all of their chunks.
 COMBINED_POSTINGS = 10_000
-
 # --------------------------------------------------------------------------------------------
 # Statistics
-
-
-@dataclass(frozen=True)
-class Bm25:
-    """The configured BM25 parameters (`SEARCH_BM25_K1`, `SEARCH_BM25_B`)."""
-
-    k1: float
-    b: float
-
-    @classmethod
-    def from_settings(cls) -> Bm25:
-        settings = knowledge_settings
-        return cls(float(settings.SEARCH_BM25_K1), float(settings.SEARCH_BM25_B))
 
 
 _STATISTICS = """/* bk:lexicon */
@@ -182,6 +167,13 @@ WHERE c.search_vector @@ %(combined)s::tsquery
 LIMIT %(budget)s
 """
 
+# How many chunks of every knowledge base hold the terms: what the GIN index's lists hold.
+_ALL_POSTINGS = f"""/* bk:lexicon */
+SELECT coalesce(sum(l.chunks), 0)
+FROM {KnowledgeBase._meta.db_table} k
+JOIN bailing_knowledge_lexicon l ON l.knowledge_base_id = k.id AND l.term = ANY(%(terms)s)
+"""  # noqa: S608
+
 # SQL from module constants only; values go in as parameters.
 _VISIBLE = f"""/* bk:lexical */
 SELECT c.id FROM bailing_knowledge_chunk c, bailing_knowledge_document d
@@ -237,8 +229,8 @@ class LexicalLeg:
         }
         return stats, idf
 
-    def _scorer(self, stats: Statistics, idf: dict[str, float]) -> _Scorer:
-        return _Scorer(self.bm25, stats.average_length or 1.0, idf)
+    def _scorer(self, stats: Statistics, idf: dict[str, float]) -> Scorer:
+        return Scorer(self.bm25, stats.average_length or 1.0, idf)
 
     def ranking(self, limit: int, cursor: Any = None) -> list[tuple[int, float]]:
         """The best `limit` visible chunks, (id, score), best first: exact BM25 top-k."""
@@ -259,7 +251,7 @@ class LexicalLeg:
         # The next level to read of each term, from its highest one down; -1: all read.
         frontier = {term: stats.top[term] for term in terms}
         scores: dict[int, float] = {}
-        leaders = _Leaders(limit)
+        leaders = Leaders(limit)
         # Exact ranks: reading stops once the first `proven` can no longer change; the ranks
         # after them are the best found by then, nearly always the same.
         proven = min(limit, EXACT_RANKS)
@@ -289,9 +281,9 @@ class LexicalLeg:
                 _ROUND,
                 {
                     **params,
-                    "wanted": "{"
-                    + ",".join(_wanted_element(term, value) for _, term, value in wanted)
-                    + "}",
+                    "wanted": _array_literal(
+                        _wanted_element(term, value) for _, term, value in wanted
+                    ),
                     "seen": _id_array(scores, self._hidden),
                     "budget": size,
                 },
@@ -312,50 +304,69 @@ class LexicalLeg:
                 frontier[term] = min(frontier[term], value - 1)  # -1 read whole: -2
             remaining = sum(scorer.bound(t, frontier[t]) for t in terms)
             kth = leaders.score(proven)
-            if remaining == 0 or (kth > 0 and kth * PRUNING > remaining):
+            if remaining == 0 or (kth > 0 and kth * PRUNING > remaining * (1 + SLACK)):
                 break
             if budget <= 0 or self.rounds >= MAX_ROUNDS:
                 # Out of budget: the best found so far (an approximation, rarely different).
                 self.truncated = True
                 break
-            combinations = _combinations(
-                {t: scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0}, kth
-            )
-            if combinations and (
-                sum(stats.df[t] for t in set(itertools.chain(*combinations))) <= COMBINED_POSTINGS
-            ):
+            unread = {t: scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0}
+            combinations = reaching_combinations(unread, kth)
+            if combinations and self._few_postings(cursor, stats, combinations):
                 # No term can reach the proven ranks on its own: the chunks that still can
                 # hold one of these combinations; read them all and the proof is complete.
-                self.rounds += 1
-                cursor.execute(
-                    _COMBINED,
-                    {
-                        **params,
-                        "combined": " | ".join(
-                            "(" + " & ".join(_wanted(t, -1) for t in group) + ")"
-                            for group in combinations
-                        ),
-                        "seen": _id_array(scores, self._hidden),
-                        "budget": budget,
-                    },
-                )
-                rows = cursor.fetchall()
-                for chunk_id, length, vector, _, document_id in rows:
-                    self.documents[chunk_id] = document_id
-                    scores[chunk_id] = score = scorer.score(vector, length)
-                    leaders.offer(chunk_id, score)
-                self._admit(cursor, scores, leaders, params)
-                self.truncated = len(rows) >= budget
-                self.combined = True
+                self._close(cursor, scorer, combinations, scores, leaders, params, budget)
                 break
             size *= GROWTH
-            floor = _floor([scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0], kth)
+            floor = level_floor(list(unread.values()), kth)
         self.chunks_read = len(scores) + len(self._hidden)
         return leaders.ranking()
 
-    def _admit(
-        self, cursor: Any, scores: dict[int, float], leaders: _Leaders, params: dict
+    def _few_postings(
+        self, cursor: Any, stats: Statistics, combinations: list[tuple[str, ...]]
+    ) -> bool:
+        """The combinations' terms have posting lists short enough to intersect: counted over
+        the knowledge bases searched first (known), then over all of them (one statement)."""
+        terms = sorted(set(itertools.chain(*combinations)))
+        if sum(stats.df[term] for term in terms) > COMBINED_POSTINGS:
+            return False
+        cursor.execute(_ALL_POSTINGS, {"terms": terms})
+        return int(cursor.fetchone()[0]) <= COMBINED_POSTINGS
+
+    def _close(
+        self,
+        cursor: Any,
+        scorer: Scorer,
+        combinations: list[tuple[str, ...]],
+        scores: dict[int, float],
+        leaders: Leaders,
+        params: dict,
+        budget: int,
     ) -> None:
+        """The closing round: every unread chunk holding one of `combinations`, scored."""
+        self.rounds += 1
+        tsquery = " | ".join(
+            "(" + " & ".join(_wanted(term, -1) for term in group) + ")" for group in combinations
+        )
+        cursor.execute(
+            _COMBINED,
+            {
+                **params,
+                "combined": tsquery,
+                "seen": _id_array(scores, self._hidden),
+                "budget": budget,
+            },
+        )
+        rows = cursor.fetchall()
+        for chunk_id, length, vector, _, document_id in rows:
+            self.documents[chunk_id] = document_id
+            scores[chunk_id] = score = scorer.score(vector, length)
+            leaders.offer(chunk_id, score)
+        self._admit(cursor, scores, leaders, params)
+        self.truncated = len(rows) >= budget
+        self.combined = True
+
+    def _admit(self, cursor: Any, scores: dict[int, float], leaders: Leaders, params: dict) -> None:
         """Check the chunks that would rank against their documents (ready, current
         revision, audience and roles); hidden ones leave `scores` before they count."""
         while True:
@@ -392,38 +403,7 @@ class LexicalLeg:
             },
         )
         scores = {row[0]: scorer.score(row[2], row[1]) for row in cursor.fetchall()}
-        return _top(scores.items(), limit)
-
-
-class _Leaders:
-    """The `size` best of the scores found so far, best first, ties by id: kept as rows
-    arrive (most score below the last leader: one comparison), rebuilt only when a leader
-    turns out hidden."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: list[tuple[float, int]] = []  # (-score, id), ascending
-
-    def offer(self, chunk_id: int, score: float) -> None:
-        item = (-score, chunk_id)
-        if len(self._items) < self.size:
-            insort(self._items, item)
-        elif item < self._items[-1]:
-            insort(self._items, item)
-            self._items.pop()
-
-    def rebuild(self, scores: dict[int, float]) -> None:
-        self._items = heapq.nsmallest(self.size, ((-s, i) for i, s in scores.items()))
-
-    def ids(self) -> list[int]:
-        return [chunk_id for _, chunk_id in self._items]
-
-    def score(self, rank: int) -> float:
-        """The score at `rank` (from 1), or 0 while fewer chunks are known."""
-        return -self._items[rank - 1][0] if len(self._items) >= rank else 0.0
-
-    def ranking(self) -> list[tuple[int, float]]:
-        return [(chunk_id, -negated) for negated, chunk_id in self._items]
+        return top(scores.items(), limit)
 
 
 def _heaviest(item: tuple[float, str, int]) -> float:
@@ -444,7 +424,11 @@ def _id_array(*groups: Iterable[int]) -> str:
 def _text_array(items: Iterable[str]) -> str:
     """An array literal of strings, cast to `text[]` in SQL: one string for the driver to
     quote instead of up to `ROUND_LEXEMES` elements, each quoted in Python, every round."""
-    return "{" + ",".join(map(_array_element, items)) + "}"
+    return _array_literal(map(_array_element, items))
+
+
+def _array_literal(elements: Iterable[str]) -> str:
+    return "{" + ",".join(elements) + "}"
 
 
 def _array_element(item: str) -> str:
@@ -466,99 +450,6 @@ def _wanted(term: str, value: int) -> str:
     return quoted(lexeme(term, value))
 
 
-def _top(items: Iterable[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
-    """The `limit` best (id, score), best first, ties by id."""
-    return [(i, -s) for s, i in heapq.nsmallest(limit, ((-s, i) for i, s in items))]
-
-
-def _combinations(bounds: dict[str, float], kth: float) -> list[tuple[str, ...]] | None:
-    """The smallest sets of terms whose unread bounds together reach `kth`: an unread chunk
-    can beat the proven ranks only if it holds one of them. None while a single term
-    reaches it (its levels are read first) or when there would be too many."""
-    items = sorted(((bound, term) for term, bound in bounds.items() if bound > 0), reverse=True)
-    if kth <= 0 or not items or items[0][0] >= kth:
-        return None
-    suffix = [*itertools.accumulate(bound for bound, _ in reversed(items))][::-1]
-    suffix.append(0.0)
-    found: list[tuple[str, ...]] = []
-
-    def extend(start: int, chosen: tuple[str, ...], total: float) -> bool:
-        for index in range(start, len(items)):
-            if total + suffix[index] < kth:
-                return True
-            bound, term = items[index]
-            if total + bound >= kth:
-                found.append((*chosen, term))
-                if len(found) > MAX_COMBINATIONS:
-                    return False
-            elif not extend(index + 1, (*chosen, term), total + bound):
-                return False
-        return True
-
-    return found if extend(0, (), 0.0) and found else None
-
-
-def _floor(bounds: list[float], kth: float) -> float:
-    """The lowest bound a level may have and still matter: with every level above it read,
-    no unread chunk could beat the `kth` score (the largest t with Σ min(bound, t) ≤ kth)."""
-    if kth <= 0 or not bounds:
-        return 0.0
-    ordered = sorted(bounds)
-    below = 0.0
-    for index, bound in enumerate(ordered):
-        t = (kth - below) / (len(ordered) - index)
-        if t <= bound:
-            return max(t, 0.0)
-        below += bound
-    return ordered[-1]
-
-
-class _Scorer:
-    """Exact BM25 contributions, and upper bounds of what an unread level can contribute."""
-
-    def __init__(self, bm25: Bm25, average_length: float, idf: dict[str, float]) -> None:
-        self.k1 = bm25.k1
-        self.idf = idf
-        self.a = bm25.k1 * (1 - bm25.b)
-        self.b = bm25.k1 * bm25.b / average_length
-        a0, b0 = reference_parts()
-        # K / tf ≥ rho · K₀ / tf for every chunk length (K and K₀ are affine in dl).
-        self.rho = min(self.a / a0 if a0 else math.inf, self.b / b0 if b0 else math.inf)
-        self._bounds = {
-            term: [weight * (self.k1 + 1) / (1 + self.rho * q) for q in LEVEL_Q]
-            for term, weight in idf.items()
-        }
-        self._scores: dict[tuple[str, int], float] = {}
-
-    def bound(self, term: str, value: int) -> float:
-        """What a chunk can score for `term` at level `value` (0 below level 0)."""
-        return self._bounds[term][value] if value >= 0 else 0.0
-
-    def score(self, vector: str, length: int) -> float:
-        """BM25 of a chunk from the text of its filtered terms (`'term':1A,2A ...`).
-
-        Remembered per text and length: most chunks hold the query's terms once or twice,
-        so the same few texts come back again and again."""
-        key = (vector, length)
-        known = self._scores.get(key)
-        if known is None:
-            known = self._scores[key] = self._score(vector, length)
-        return known
-
-    def _score(self, vector: str, length: int) -> float:
-        total = 0.0
-        norm = self.a + self.b * length
-        for item in vector.split():
-            text, _, positions = item.rpartition(":")
-            term = text[1:-1]
-            weight = self.idf.get(term)
-            if weight is None:
-                continue
-            tf = positions.count(",") + 1
-            total += weight * (self.k1 + 1) * tf / (tf + norm)
-        return total
-
-
 # --------------------------------------------------------------------------------------------
 # Entry points for tests and benchmarks
 
@@ -569,7 +460,7 @@ def _ranked(
     found: list[tuple[int, float]] = []
     for language, group in group_knowledge_bases(kbs, "language"):
         found += getattr(LexicalLeg(query, group, visibility, language), how)(limit)
-    return _top(found, limit)
+    return top(found, limit)
 
 
 def lexical_ranking(

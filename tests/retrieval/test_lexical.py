@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections import Counter
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 
 from bailing_knowledge import services
 from bailing_knowledge.ingestion.documents import DocumentInput, upsert_document, upsert_documents
-from bailing_knowledge.models import Chunk
+from bailing_knowledge.models import Chunk, Document
 from bailing_knowledge.retrieval import lexical
 from bailing_knowledge.retrieval.lexical import (
     Bm25,
@@ -232,49 +231,61 @@ def test_a_round_is_served_by_an_index(kb):
     assert "Index Scan" in plan, plan
 
 
-def test_a_closing_round_over_term_combinations_keeps_the_top_k_exact(kb, monkeypatch):
+@pytest.mark.parametrize(
+    ("audience", "postings"),
+    [("", 10_000), ("customer", 10_000), ("", 0)],
+    ids=["closing-round", "hidden-documents", "lists-too-long"],
+)
+def test_a_closing_round_over_term_combinations_keeps_the_top_k_exact(
+    kb, monkeypatch, audience, postings
+):
     """Once no single term can reach the proven ranks, the chunks holding a combination of
-    terms that still can are read in one round; the ranks stay those of an exhaustive BM25."""
+    terms that still can are read in one round; the ranks stay those of an exhaustive BM25,
+    with documents hidden from the caller among them, and when the posting lists are too
+    long for the round and levels are read on instead."""
     monkeypatch.setattr(lexical, "FIRST_ROUND", 8)
     monkeypatch.setattr(lexical, "FEW", 5)
+    monkeypatch.setattr(lexical, "COMBINED_POSTINGS", postings)
     _random_corpus(kb, 120, seed=21)
+    # A third of the documents only staff may see.
+    staff_only = list(Document.objects.order_by("pk").values_list("pk", flat=True))[::3]
+    Document.objects.filter(pk__in=staff_only).update(metadata={"audiences": ["staff"]})
+    visibility = Visibility(audience=audience)
     rng = random.Random(9)
     combined = 0
     for _ in range(40):
         query = " ".join(rng.sample(VOCABULARY[:40], k=rng.randint(2, 5)))
-        leg = LexicalLeg(query, [kb], Visibility(), kb.language)
+        leg = LexicalLeg(query, [kb], visibility, kb.language)
         found = leg.ranking(10)
-        expected = LexicalLeg(query, [kb], Visibility(), kb.language).exhaustive(10)
+        expected = LexicalLeg(query, [kb], visibility, kb.language).exhaustive(10)
         assert [c for c, _ in found] == [c for c, _ in expected], query
         assert not leg.truncated
         combined += leg.combined
-    assert combined >= 10, combined  # the path under test was taken
+    if postings:
+        assert combined >= 10, combined  # the path under test was taken
+    else:
+        assert combined == 0
 
 
-@given(
-    bounds=st.dictionaries(
-        st.sampled_from("abcdefgh"), st.floats(0.01, 5.0, allow_nan=False), min_size=1
-    ),
-    kth=st.floats(0.01, 12.0, allow_nan=False),
-)
-def test_the_combinations_cover_every_set_of_terms_that_could_rank(bounds, kth):
-    """Each set of terms whose bounds reach `kth` holds a combination, and each combination
-    is minimal: so reading the chunks holding one misses no chunk that could rank."""
-    combinations = lexical._combinations(bounds, kth)
-    terms = sorted(bounds)
-    if max(bounds.values()) >= kth or sum(bounds.values()) < kth:
-        assert combinations is None
-        return
-    if combinations is None:  # more than MAX_COMBINATIONS: levels are read on instead
-        return
-    found = [set(group) for group in combinations]
-    for size in range(1, len(terms) + 1):
-        for subset in itertools.combinations(terms, size):
-            if sum(bounds[t] for t in subset) >= kth:
-                assert any(group <= set(subset) for group in found), subset
-    for group in found:
-        assert sum(bounds[t] for t in group) >= kth
-        assert all(sum(bounds[t] for t in group - {t}) < kth for t in group)
+def test_the_closing_round_counts_the_postings_of_every_knowledge_base(kb, monkeypatch):
+    """The GIN index lists the chunks of every knowledge base: a term common in another one
+    makes its lists too long for the round, however rare it is in the one searched."""
+    monkeypatch.setattr(lexical, "FIRST_ROUND", 8)
+    monkeypatch.setattr(lexical, "FEW", 5)
+    _random_corpus(kb, 120, seed=21)
+    queries = [" ".join(random.Random(n).sample(VOCABULARY[:40], k=4)) for n in range(30)]
+
+    def closing_rounds() -> int:
+        legs = [LexicalLeg(q, [kb], Visibility(), kb.language) for q in queries]
+        for leg in legs:
+            leg.ranking(10)
+        return sum(leg.combined for leg in legs)
+
+    monkeypatch.setattr(lexical, "COMBINED_POSTINGS", 400)
+    assert closing_rounds() > 0
+    other = services.create_knowledge_base("archive")
+    _random_corpus(other, 200, seed=5)
+    assert closing_rounds() == 0
 
 
 @given(st.lists(st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]))))
