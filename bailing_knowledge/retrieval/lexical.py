@@ -157,7 +157,7 @@ LIMIT %(budget)s
 """
 
 # The closing round: every unread chunk holding one of the combinations of terms that could
-# still reach the proven ranks (`_combinations`), as one tsquery of ANDs under an OR.
+# still reach the proven ranks (`bm25.reaching_combinations`), as one tsquery of ANDs under an OR.
 _COMBINED = """/* bk:lexical */
 SELECT c.id, c.lexical_length,
        ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{a}')::text, 0,
@@ -212,7 +212,7 @@ class LexicalLeg:
         self.rounds = 0
         self.chunks_read = 0
         self.truncated = False
-        #: Whether a closing round over combinations of terms ended it (`_combinations`).
+        #: Whether a closing round over combinations of terms ended it.
         self.combined = False
         #: The document of each chunk scored.
         self.documents: dict[int, int] = {}
@@ -292,12 +292,7 @@ class LexicalLeg:
             )
             rows = cursor.fetchall()
             budget -= len(rows)
-            for chunk_id, length, vector, _, document_id in rows:
-                if chunk_id in scores:  # found through another term too
-                    continue
-                self.documents[chunk_id] = document_id
-                scores[chunk_id] = score = scorer.score(vector, length)
-                leaders.offer(chunk_id, score)
+            self._take(rows, scorer, scores, leaders)
             self._admit(cursor, scores, leaders, params)
             # The levels before the one the last row came from are read whole; from there
             # on (all of them, if rows came out of order) they stay unread.
@@ -360,13 +355,26 @@ class LexicalLeg:
             },
         )
         rows = cursor.fetchall()
-        for chunk_id, length, vector, _, document_id in rows:
-            self.documents[chunk_id] = document_id
-            scores[chunk_id] = score = scorer.score(vector, length)
-            leaders.offer(chunk_id, score)
+        self._take(rows, scorer, scores, leaders)
         self._admit(cursor, scores, leaders, params)
         self.truncated = len(rows) >= budget
         self.combined = True
+
+    def _take(
+        self,
+        rows: list[tuple[Any, ...]],
+        scorer: Scorer,
+        scores: dict[int, float],
+        leaders: Leaders,
+    ) -> None:
+        """Score the chunks of a statement's rows, each once (a round finds a chunk through
+        each of its terms), and offer them to the leaders."""
+        for chunk_id, length, vector, _, document_id in rows:
+            if chunk_id in scores:
+                continue
+            self.documents[chunk_id] = document_id
+            scores[chunk_id] = score = scorer.score(vector, length)
+            leaders.offer(chunk_id, score)
 
     def _admit(self, cursor: Any, scores: dict[int, float], leaders: Leaders, params: dict) -> None:
         """Check the chunks that would rank against their documents (ready, current
@@ -401,7 +409,7 @@ class LexicalLeg:
             {
                 **self.visibility.params(self.kb_ids),
                 "terms": list(idf),
-                "tsquery": " | ".join(quoted(t + SEPARATOR) + ":*" for t in idf),
+                "tsquery": " | ".join(_wanted(term, -1) for term in idf),
             },
         )
         scores = {row[0]: scorer.score(row[2], row[1]) for row in cursor.fetchall()}
@@ -420,7 +428,7 @@ def _in_order(rows: Sequence[tuple[Any, ...]]) -> bool:
 def _id_array(*groups: Iterable[int]) -> str:
     """An array literal of ids (`{1,2,3}`), cast to `bigint[]` in SQL: one join instead of
     the driver's adaptation of each of up to 2,000 ids, every round."""
-    return "{" + ",".join(map(str, itertools.chain(*groups))) + "}"
+    return _array_literal(map(str, itertools.chain(*groups)))
 
 
 def _text_array(items: Iterable[str]) -> str:
