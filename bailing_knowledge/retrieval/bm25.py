@@ -52,7 +52,7 @@ class Scorer:
             term: [weight * (self.k1 + 1) / (1 + self.rho * q) for q in LEVEL_Q]
             for term, weight in idf.items()
         }
-        self._scores: dict[tuple[str, int], float] = {}
+        self._parsed: dict[str, list[tuple[float, int]]] = {}
 
     def bound(self, term: str, value: int) -> float:
         """What a chunk can score for `term` at level `value` (0 below level 0)."""
@@ -61,26 +61,26 @@ class Scorer:
     def score(self, vector: str, length: int) -> float:
         """BM25 of a chunk from the text of its filtered terms (`'term':1A,2A ...`).
 
-        Remembered per text and length: most chunks hold the query's terms once or twice,
-        so the same few texts come back again and again."""
-        key = (vector, length)
-        known = self._scores.get(key)
-        if known is None:
-            known = self._scores[key] = self._score(vector, length)
-        return known
-
-    def _score(self, vector: str, length: int) -> float:
-        total = 0.0
+        Each text is parsed once per query: most chunks hold the query's terms once or
+        twice, so the same few texts come back again and again, with other lengths."""
+        terms = self._parsed.get(vector)
+        if terms is None:
+            terms = self._parsed[vector] = self._parse(vector)
         norm = self.a + self.b * length
+        total = 0.0
+        for weight, tf in terms:
+            total += weight * tf / (tf + norm)
+        return total
+
+    def _parse(self, vector: str) -> list[tuple[float, int]]:
+        """(idf · (k1 + 1), tf) of each query term in the text."""
+        terms = []
         for item in vector.split():
             text, _, positions = item.rpartition(":")
-            term = text[1:-1]
-            weight = self.idf.get(term)
-            if weight is None:
-                continue
-            tf = positions.count(",") + 1
-            total += weight * (self.k1 + 1) * tf / (tf + norm)
-        return total
+            weight = self.idf.get(text[1:-1])
+            if weight is not None:
+                terms.append((weight * (self.k1 + 1), positions.count(",") + 1))
+        return terms
 
 
 class Leaders:

@@ -164,10 +164,13 @@ def test_other_bm25_parameters_keep_the_top_k_exact(kb):
             assert [c for c, _ in found] == [c for c, _ in expected], (k1, b, query)
 
 
-def test_hidden_chunks_never_count_towards_the_proven_ranks(kb, monkeypatch):
+@pytest.mark.parametrize("checked_rows", [200, 0], ids=["rows-checked", "leaders-checked-apart"])
+def test_hidden_chunks_never_count_towards_the_proven_ranks(kb, monkeypatch, checked_rows):
     """Many hidden chunks that would outrank every visible one: the visible top still comes
-    out, exactly, and no hidden chunk is returned."""
+    out, exactly, and no hidden chunk is returned, whether a round checks its rows'
+    documents itself or a statement of its own checks the leaders'."""
     monkeypatch.setattr(lexical, "EXACT_RANKS", 3)
+    monkeypatch.setattr(lexical, "CHECKED_ROWS", checked_rows)
     for number in range(30):
         upsert_document(
             kb, f"staff-{number}.md", "Staff", "refund " * 20, metadata={"audiences": ["staff"]}
@@ -210,9 +213,11 @@ def test_kbs_of_other_languages_are_searched_in_their_own_language(kb):
         assert lexical_ranking(query, [kb, german], Visibility(), 5) == expected
 
 
-def test_a_round_is_served_by_an_index(kb):
+@pytest.mark.parametrize("check", [False, True], ids=["leaders-checked-apart", "rows-checked"])
+def test_a_round_is_served_by_an_index(kb, check):
     """The GIN index, or the KB btree when the KB is small; which one is the planner's call
-    (the benchmark checks the GIN index at 100k chunks)."""
+    (the benchmark checks the GIN index at 100k chunks). A round that checks its rows'
+    documents looks each one up by its key."""
     _random_corpus(kb, 30, seed=1)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
@@ -224,11 +229,13 @@ def test_a_round_is_served_by_an_index(kb):
                 "wanted": ["'w000|90'", "'w000|89'"],
                 "seen": [],
                 "budget": 100,
+                "check": check,
             },
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "Seq Scan on bailing_knowledge_chunk" not in plan, plan
+    assert "Seq Scan" not in plan, plan
     assert "Index Scan" in plan, plan
+    assert ("bailing_knowledge_document_pkey" in plan) is check, plan
 
 
 @pytest.mark.parametrize(
