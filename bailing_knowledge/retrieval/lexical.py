@@ -21,8 +21,10 @@ sum, over the terms, of the bound of the highest level not read yet. Reading sto
 ranks are exactly an exhaustive BM25's; the cost follows how deep the answer lies, not how
 many chunks contain a term. Before a chunk counts among the best, its document is checked
 (ready, at the chunk's revision, audience and roles), so a hidden chunk never takes a rank
-or decides when reading stops: by the statement that reads it when the statement reads few
-chunks (`CHECKED_ROWS`), else for the chunks that would rank only (`_VISIBLE`).
+or decides when reading stops: by the statement that reads it when the round reads few
+chunks (`CHECKED_ROWS`: the first round, or one the budget cuts short) and in the closing
+round, which reads few (65 at the median at 100k, 647 at most); else, in a statement of its
+own, for the chunks that would rank only (`_VISIBLE`).
 
 **Closing round.** That bound assumes an unread chunk holds every term at its highest unread
 level, which a query of several terms rarely meets: its top chunks hold some of the terms,
@@ -98,9 +100,11 @@ EXACT_RANKS = 10
 #: tried: the GIN index intersects whole posting lists, so its cost follows their length.
 #: Counted over every knowledge base: the index lists all of their chunks.
 COMBINED_POSTINGS = 10_000
-#: Rounds of up to this many chunks check their documents in the statement itself (a lookup
-#: per row); larger ones check only the chunks that would rank, in a statement of their own.
-CHECKED_ROWS = 200
+#: Rounds of up to this many chunks (the first one) check their documents in the statement
+#: itself, a lookup per row: cheaper than a statement of its own for a few hundred rows. Larger
+#: rounds check only the chunks that would rank, in a statement of their own (`_VISIBLE`); the
+#: closing round always checks its rows, which are few.
+CHECKED_ROWS = FIRST_ROUND
 # --------------------------------------------------------------------------------------------
 # Statistics
 

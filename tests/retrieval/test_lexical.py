@@ -8,6 +8,8 @@ from collections import Counter
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -164,11 +166,32 @@ def test_other_bm25_parameters_keep_the_top_k_exact(kb):
             assert [c for c, _ in found] == [c for c, _ in expected], (k1, b, query)
 
 
-@pytest.mark.parametrize("checked_rows", [200, 0], ids=["rows-checked", "leaders-checked-apart"])
-def test_hidden_chunks_never_count_towards_the_proven_ranks(kb, monkeypatch, checked_rows):
+def _hide_staff(how: str) -> Visibility:
+    """Hide the `staff-*` documents from the returned principal: by audience, or as the
+    search sees a document that is not ready, or one whose chunks are of an older revision."""
+    staff = Document.objects.filter(source_key__startswith="staff-")
+    if how == "audience":
+        return Visibility(audience="customer")
+    if how == "not-ready":
+        staff.update(status="failed")
+    else:
+        staff.update(revision=F("revision") + 1)
+    return Visibility()
+
+
+@pytest.mark.parametrize("how", ["audience", "not-ready", "stale-revision"])
+@pytest.mark.parametrize(
+    ("checked_rows", "checked_apart"),
+    [(200, False), (0, True)],
+    ids=["rows-checked-by-the-round", "leaders-checked-apart"],
+)
+def test_hidden_chunks_never_count_towards_the_proven_ranks(
+    kb, monkeypatch, how, checked_rows, checked_apart
+):
     """Many hidden chunks that would outrank every visible one: the visible top still comes
-    out, exactly, and no hidden chunk is returned, whether a round checks its rows'
-    documents itself or a statement of its own checks the leaders'."""
+    out, exactly, and no hidden chunk is returned, whether the round checks its rows'
+    documents itself (no statement of its own) or a statement of its own checks the
+    leaders'."""
     monkeypatch.setattr(lexical, "EXACT_RANKS", 3)
     monkeypatch.setattr(lexical, "CHECKED_ROWS", checked_rows)
     for number in range(30):
@@ -178,11 +201,18 @@ def test_hidden_chunks_never_count_towards_the_proven_ranks(kb, monkeypatch, che
     for number in range(5):
         upsert_document(kb, f"public-{number}.md", "Public", "refund policy " * (number + 1))
     keys = dict(Chunk.objects.values_list("pk", "document__source_key"))
-    visibility = Visibility(audience="customer")
-    found = LexicalLeg("refund", [kb], visibility, kb.language).ranking(3)
+    visibility = _hide_staff(how)
+    with CaptureQueriesContext(connection) as queries:
+        leg = LexicalLeg("refund", [kb], visibility, kb.language)
+        found = leg.ranking(3)
     expected = LexicalLeg("refund", [kb], visibility, kb.language).exhaustive(3)
     assert found == expected
+    assert len(found) == 3
     assert all(keys[chunk_id].startswith("public-") for chunk_id, _ in found)
+    assert leg.rounds == 1
+    assert leg.chunks_read == len(keys)  # the hidden ones too: none is read twice
+    marker = lexical._VISIBLE.split("WHERE")[0].strip()
+    assert any(marker in query["sql"] for query in queries.captured_queries) is checked_apart
 
 
 def test_hidden_documents_take_no_slot(kb):
