@@ -143,10 +143,9 @@ class Statistics:
 # The leg
 
 
-# Whether the document of chunk `c` lets it be seen, or NULL when `check` is false: a lookup
-# of the document by its key per row, cheaper than a statement of its own for up to a few
-# hundred rows. A scalar subquery, not EXISTS: the planner would hash EXISTS over every
-# document of the database.
+# Whether the document of chunk `c` lets it be seen, or NULL when `check` is false (see
+# `CHECKED_ROWS`). A scalar subquery, a lookup by key per row, not EXISTS: the planner would
+# hash EXISTS over every document of the database.
 _CHECKED = f"""CASE WHEN %(check)s THEN coalesce((
            SELECT true FROM bailing_knowledge_document d WHERE {DOCUMENT_VISIBLE_SQL}
        ), false) END"""  # noqa: S608
@@ -154,9 +153,8 @@ _CHECKED = f"""CASE WHEN %(check)s THEN coalesce((
 # Each level is looked up in the GIN index on its own (a lateral join over the lexemes
 # wanted): the planner cannot mistake a round for a scan of the table, however common its
 # terms. A chunk found through two terms comes twice (the caller keeps one). The KB filter
-# is here; the document's state and audience are checked for the chunks that would rank,
-# before they count: in the statement itself when it reads few chunks (`%(check)s`, the last
-# column, NULL when not checked), else by `_VISIBLE` for the leaders only.
+# is here; the document's state and audience are checked before a chunk counts (`_CHECKED`,
+# the last column, or `_VISIBLE` for the leaders).
 _ROUND = f"""/* bk:lexical */
 SELECT c.id, c.lexical_length,
        ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, w.position,
@@ -370,7 +368,7 @@ class LexicalLeg:
                 "combined": tsquery,
                 "seen": _id_array(scores, self._hidden),
                 "budget": budget,
-                "check": True,  # it reads few chunks: at 100k, 65 at the median, 647 at most
+                "check": True,  # it reads few chunks (CHECKED_ROWS)
             },
         )
         rows = cursor.fetchall()
