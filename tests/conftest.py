@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import django
 import pytest
 from django.conf import settings
 from django.utils import deprecation
@@ -24,16 +25,18 @@ def django_db_modify_db_settings(database_server):
 def pytest_configure(config):
     """Fail on anything the next Django releases remove, so an upgrade finds nothing new.
 
-    Django 5.2 warns of what 6.0 and 6.1 remove; the classes come and go with releases, so
-    only those this Django has are named.
+    Each Django names these warnings its own way (5.2: `RemovedInDjango60Warning`; 6.1:
+    `RemovedInNextVersionWarning`, `RemovedInDjango2028Warning`), so every `RemovedIn*`
+    class this Django has is named.
     """
-    for name in (
-        "RemovedInDjango60Warning",
-        "RemovedInDjango61Warning",
-        "RemovedInDjango70Warning",
-    ):
-        if hasattr(deprecation, name):
+    for name in dir(deprecation):
+        if name.startswith("RemovedIn") and name.endswith("Warning"):
             config.addinivalue_line("filterwarnings", f"error::django.utils.deprecation.{name}")
+
+
+def pytest_report_header(config):
+    """The Django under test: `make test` and `make test-django6` run different ones."""
+    return f"django: {django.get_version()}"
 
 
 @pytest.fixture

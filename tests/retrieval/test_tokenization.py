@@ -265,21 +265,53 @@ def every_character() -> list[str]:
     ]
 
 
-@pytest.mark.django_db
-def test_simple_parser_keeps_the_terms_of_every_character_and_mark():
-    # Every assigned character alone, and every combining mark after a Latin letter, a digit
-    # and a Han character: a few hundred queries of a thousand terms each.
-    characters = every_character()
-    marks = [char for char in characters if unicodedata.category(char).startswith("M")]
-    texts = characters + [f"{base}{mark}" for base in "a0东" for mark in marks]
+LETTERS_AND_DIGITS = ("Lu", "Ll", "Lt", "Lm", "Lo", "Nd")
+
+
+def unknown_to_the_server(characters: list[str]) -> set[str]:
+    """The letters and digits of Python's Unicode database that the server's C library does not
+    classify: characters assigned in a newer Unicode version than its tables (Python 3.13 knows
+    Unicode 15.1, Debian 12's C library 14.0, as Python 3.11 does). The parser drops such a
+    character whole, so the round trip cannot hold for it; the index never goes through the
+    parser (`postings.encode_terms` writes its lexemes itself)."""
+    candidates = [char for char in characters if unicodedata.category(char) in LETTERS_AND_DIGITS]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c FROM unnest(%s::text[]) AS c WHERE to_tsvector('simple', c) = ''::tsvector",
+            [candidates],
+        )
+        return {char for (char,) in cursor.fetchall()}
+
+
+def parser_failures(texts: list[str]) -> list[str]:
+    """The last character of each text whose terms the parser does not keep as given, checked
+    a thousand texts to a query."""
     failures = []
     for start in range(0, len(texts), 1000):
         batch = texts[start : start + 1000]
         terms = [term for text in batch for term in lexical_terms(text)]
         if simple_parser_lexemes(terms) != terms:
             failures.extend(
-                text
+                f"U+{ord(text[-1]):04X}"
                 for text in batch
                 if simple_parser_lexemes(lexical_terms(text)) != lexical_terms(text)
             )
-    assert [f"U+{ord(text[-1]):04X}" for text in failures] == []
+    return failures
+
+
+@pytest.mark.django_db
+def test_simple_parser_keeps_the_terms_of_every_character():
+    characters = every_character()
+    unknown = unknown_to_the_server(characters)
+    assert len(unknown) < len(characters) // 20, "the server must know nearly every letter"
+    assert parser_failures([char for char in characters if char not in unknown]) == []
+
+
+@pytest.mark.django_db
+def test_simple_parser_keeps_the_terms_of_every_mark_after_a_letter_digit_and_ideograph():
+    characters = every_character()
+    if unknown_to_the_server(characters):
+        # Marks added since the server's tables split words there; Python cannot name them.
+        pytest.skip("Python's Unicode database is newer than the server's C library")
+    marks = [char for char in characters if unicodedata.category(char).startswith("M")]
+    assert parser_failures([f"{base}{mark}" for base in "a0东" for mark in marks]) == []
