@@ -10,7 +10,7 @@ SCALES ?= 10k,100k
 # wordllama, hashing, or a backend's dotted path.
 EMBEDDER ?=
 
-.PHONY: install demo test stress lint format migrations-check bench bench-quality bench-embedders screenshots bench-serving dist check-install clean
+.PHONY: install demo test test-django6 stress lint format migrations-check bench bench-quality bench-embedders screenshots bench-serving dist check-install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,22 @@ demo: $(STAMP)
 ## The whole test suite, on the embedded PostgreSQL unless DATABASE_URL is set.
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The suite under Django 6, which needs Python 3.12+: a virtualenv of its own, on the newer
+# Python scripts/newer_python.py finds, or builds into .data/python on first use.
+VENV6 ?= .venv-django6
+PY6 := $(VENV6)/bin/python
+STAMP6 := $(VENV6)/.installed
+
+$(STAMP6): pyproject.toml
+	python=$$($(PYTHON) scripts/newer_python.py .data/python) && "$$python" -m venv $(VENV6)
+	$(PY6) -m pip install --quiet --upgrade pip
+	$(PY6) -m pip install --quiet -e '.[dev]' 'Django>=6,<7'
+	touch $(STAMP6)
+
+## The whole test suite again under the latest Django 6.x (CI runs both).
+test-django6: $(STAMP6)
+	$(PY6) -m pytest
 
 ## The fault and fuzz suite in its long form (a few minutes): hostile input, forged references,
 ## schema fuzzing, a frozen and a restarted database, re-ingestion under load. Prints one line
@@ -81,4 +97,4 @@ screenshots: $(STAMP)
 	BK_SCREENSHOTS=docs/images $(PY) -m pytest -m browser -q -rs tests/test_admin_browser.py
 
 clean:
-	rm -rf $(VENV) .data .pytest_cache .ruff_cache .hypothesis dist build
+	rm -rf $(VENV) $(VENV6) .data .pytest_cache .ruff_cache .hypothesis dist build
