@@ -53,7 +53,7 @@ from ..models import KnowledgeBase
 from .analysis import query_terms
 from .bm25 import SLACK, Bm25, Leaders, Scorer, level_floor, reaching_combinations, top
 from .postings import SEPARATOR, lexeme, quoted
-from .session import configure_search
+from .session import configure_search, stream_rows
 from .visibility import DOCUMENT_VISIBLE_SQL, Visibility, group_knowledge_bases
 
 logger = logging.getLogger("bailing_knowledge")
@@ -105,6 +105,12 @@ COMBINED_POSTINGS = 10_000
 #: rounds check only the chunks that would rank, in a statement of their own (`_VISIBLE`); the
 #: closing round always checks its rows, which are few.
 CHECKED_ROWS = FIRST_ROUND
+#: Rows scored at a time while a round's answer still arrives (`session.stream_rows`): the
+#: scoring overlaps the server's reading. Against waiting for the whole answer (alternating
+#: per query, the 323 NFCorpus test queries), the leg's p95 fell from 13.3 to 11.3 ms at 1M
+#: chunks and from 11.8 to 10.0 ms at 100k, its median from 7.3 to 6.4 ms at 1M, with the
+#: same top 10s; batches of 100 or 200 rows did as well as 50.
+STREAM_ROWS = 50
 # --------------------------------------------------------------------------------------------
 # Statistics
 
@@ -294,7 +300,8 @@ class LexicalLeg:
                 break
             self.rounds += 1
             size = min(size, budget)
-            cursor.execute(
+            read = self._read(
+                cursor,
                 _ROUND,
                 {
                     **params,
@@ -305,14 +312,15 @@ class LexicalLeg:
                     "budget": size,
                     "check": size <= CHECKED_ROWS,
                 },
+                scorer,
+                scores,
+                leaders,
             )
-            rows = cursor.fetchall()
-            budget -= len(rows)
-            self._take(rows, scorer, scores, leaders)
+            budget -= read.rows
             self._admit(cursor, scores, leaders, params)
             # The levels before the one the last row came from are read whole; from there
             # on (all of them, if rows came out of order) they stay unread.
-            done = len(wanted) if len(rows) < size else (rows[-1][3] - 1 if _in_order(rows) else 0)
+            done = len(wanted) if read.rows < size else (read.last - 1 if read.in_order else 0)
             for _, term, value in wanted[:done]:
                 frontier[term] = min(frontier[term], value - 1)  # -1 read whole: -2
             remaining = sum(scorer.bound(t, frontier[t]) for t in terms)
@@ -361,7 +369,8 @@ class LexicalLeg:
         tsquery = " | ".join(
             "(" + " & ".join(_wanted(term, -1) for term in group) + ")" for group in combinations
         )
-        cursor.execute(
+        read = self._read(
+            cursor,
             _COMBINED,
             {
                 **params,
@@ -370,12 +379,34 @@ class LexicalLeg:
                 "budget": budget,
                 "check": True,  # it reads few chunks (CHECKED_ROWS)
             },
+            scorer,
+            scores,
+            leaders,
         )
-        rows = cursor.fetchall()
-        self._take(rows, scorer, scores, leaders)
         self._admit(cursor, scores, leaders, params)
-        self.truncated = len(rows) >= budget
+        self.truncated = read.rows >= budget
         self.combined = True
+
+    def _read(
+        self,
+        cursor: Any,
+        sql: str,
+        params: dict,
+        scorer: Scorer,
+        scores: dict[int, float],
+        leaders: Leaders,
+    ) -> _Read:
+        """Run a round's statement, scoring its rows batch by batch as they arrive."""
+        read = _Read()
+
+        def consume(rows: Sequence[tuple[Any, ...]]) -> None:
+            read.in_order = read.in_order and read.last <= rows[0][3] and _in_order(rows)
+            read.rows += len(rows)
+            read.last = rows[-1][3]
+            self._take(rows, scorer, scores, leaders)
+
+        stream_rows(cursor, sql, params, consume, STREAM_ROWS)
+        return read
 
     def _take(
         self,
@@ -442,6 +473,16 @@ class LexicalLeg:
 
 def _heaviest(item: tuple[float, str, int]) -> float:
     return -item[0]
+
+
+@dataclass
+class _Read:
+    """What a round's statement returned: its rows, the position (in the lexemes asked for) of
+    the last one, and whether positions came in order."""
+
+    rows: int = 0
+    last: int = 0
+    in_order: bool = True
 
 
 def _in_order(rows: Sequence[tuple[Any, ...]]) -> bool:

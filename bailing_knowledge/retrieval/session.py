@@ -1,8 +1,10 @@
-"""The transaction a search runs in: one snapshot, and settings set once at its start."""
+"""The transaction a search runs in: one snapshot, and settings set once at its start; and
+statements whose rows are used as they arrive."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -57,3 +59,36 @@ def search_transaction() -> Iterator[None]:
         # idle one takes a new isolation level.
         if not raw.closed and raw.info.transaction_status == TransactionStatus.IDLE:
             raw.isolation_level = previous
+
+
+def stream_rows(
+    cursor: Any,
+    sql: str,
+    params: Mapping[str, Any],
+    consume: Callable[[Sequence[tuple[Any, ...]]], None],
+    batch: int,
+) -> None:
+    """Run `sql` and hand its rows to `consume`, `batch` at a time, as they arrive.
+
+    PostgreSQL sends rows as it finds them, so the caller's work on one batch overlaps the
+    server's on the next, where `fetchall` makes it wait for the last row first. The
+    statement runs as Django runs any: inside the connection's execute wrappers (the
+    request's database deadline among them) and with Django's database errors.
+    """
+    raw = getattr(cursor, "cursor", cursor)
+
+    def execute(sql: str, params: Any, many: bool, context: Any) -> None:
+        with connection.wrap_database_errors:
+            rows: list[tuple[Any, ...]] = []
+            for row in raw.stream(sql, params, size=batch):
+                rows.append(row)
+                if len(rows) >= batch:
+                    consume(rows)
+                    rows = []
+            if rows:
+                consume(rows)
+
+    call: Callable[..., None] = execute
+    for wrapper in reversed(connection.execute_wrappers):
+        call = functools.partial(wrapper, call)
+    call(sql, params, False, {"connection": connection, "cursor": cursor})

@@ -1,0 +1,86 @@
+"""Statements whose rows are used as they arrive (`session.stream_rows`), on the real server:
+every row in order, in batches, within the request's database deadline, with Django's errors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db import OperationalError, connection, transaction
+
+from bailing_knowledge.deadline import bounded_database_wait
+from bailing_knowledge.retrieval.session import stream_rows
+
+SERIES = "SELECT g, repeat('x', g) FROM generate_series(1, %(n)s) AS g"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("n", "batch"), [(0, 3), (1, 3), (7, 3), (9, 3), (500, 50)])
+def test_every_row_arrives_once_in_order_in_batches(n, batch):
+    batches: list[list[tuple]] = []
+    with connection.cursor() as cursor:
+        stream_rows(cursor, SERIES, {"n": n}, lambda rows: batches.append(list(rows)), batch)
+    assert [row for rows in batches for row in rows] == [(g, "x" * g) for g in range(1, n + 1)]
+    assert all(len(rows) == batch for rows in batches[:-1])
+    assert all(0 < len(rows) <= batch for rows in batches)
+
+
+@pytest.mark.django_db
+def test_the_rows_are_consumed_inside_the_connections_execute_wrappers():
+    seen: list[str] = []
+    inside = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        inside.append(True)
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            inside.pop()
+
+    def consume(rows):
+        assert inside, "rows handed over outside the execute wrappers"
+
+    with connection.execute_wrapper(wrapper), connection.cursor() as cursor:
+        stream_rows(cursor, SERIES, {"n": 120}, consume, 50)
+    assert seen == [SERIES]
+
+
+@pytest.mark.django_db
+def test_a_server_error_mid_answer_is_djangos_error():
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL statement_timeout = '100ms'")
+        with pytest.raises(OperationalError, match="statement timeout"):
+            stream_rows(
+                cursor,
+                "SELECT g, pg_sleep(0.05) FROM generate_series(1, 100) AS g",
+                {},
+                lambda rows: None,
+                1,
+            )
+        transaction.set_rollback(True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slow_answer_is_cut_at_the_requests_database_budget(settings):
+    settings.BAILING_KNOWLEDGE = {"DATABASE_WAIT_MS": 300}
+    batches = []
+    started = time.monotonic()
+    with (
+        bounded_database_wait(),
+        connection.cursor() as cursor,
+        pytest.raises(OperationalError, match="budget is exhausted"),
+    ):
+        # Rows larger than the server's 8 kB output buffer leave it one by one.
+        stream_rows(
+            cursor,
+            "SELECT g, repeat('x', 20000), pg_sleep(0.1) FROM generate_series(1, 100) AS g",
+            {},
+            batches.append,
+            1,
+        )
+    elapsed = time.monotonic() - started
+    connection.close()
+    # Rows came until the budget ran out: the deadline watched the whole answer, not its start.
+    assert 0 < len(batches) < 10
+    assert elapsed < 2.0
