@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.db import connection, transaction
-from psycopg import IsolationLevel
+from psycopg import IsolationLevel, capabilities
 from psycopg.pq import TransactionStatus
 
 from ..conf import knowledge_settings
@@ -73,12 +73,19 @@ def stream_rows(
     PostgreSQL sends rows as it finds them, so the caller's work on one batch overlaps the
     server's on the next, where `fetchall` makes it wait for the last row first. The
     statement runs as Django runs any: inside the connection's execute wrappers (the
-    request's database deadline among them) and with Django's database errors.
+    request's database deadline among them) and with Django's database errors. Reading by
+    batches needs libpq 17 or newer; with an older one the rows come after the last.
     """
     raw = getattr(cursor, "cursor", cursor)
 
     def execute(sql: str, params: Any, many: bool, context: Any) -> None:
         with connection.wrap_database_errors:
+            if not capabilities.has_stream_chunked():
+                raw.execute(sql, params)
+                answer = raw.fetchall()
+                for start in range(0, len(answer), batch):
+                    consume(answer[start : start + batch])
+                return
             rows: list[tuple[Any, ...]] = []
             for row in raw.stream(sql, params, size=batch):
                 rows.append(row)
