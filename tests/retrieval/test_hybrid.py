@@ -15,6 +15,7 @@ from bailing_knowledge.models import Chunk
 from bailing_knowledge.retrieval import hybrid
 from bailing_knowledge.retrieval.embedders import get_embedder
 from bailing_knowledge.retrieval.hybrid import HybridSearch, Visibility
+from tests.hnsw import rebuild_vector_index
 
 pytestmark = pytest.mark.django_db
 
@@ -95,15 +96,14 @@ def _literal(vector) -> str:
 
 
 def _run_vector_leg(sql: str, params: dict) -> list[tuple[int, float]]:
-    """The leg's rows, with the index preferred as it is at scale."""
+    """The leg's rows, with the index preferred as it is at scale, and rebuilt without the
+    entries of earlier tests' rows (`tests.hnsw`)."""
     with transaction.atomic(), connection.cursor() as cursor:
+        rebuild_vector_index(cursor)
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("SET LOCAL enable_sort = off")
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         cursor.execute("SET LOCAL hnsw.ef_search = 1000")
-        # The test database's index keeps the entries of every earlier test's rolled-back
-        # rows; past the default 20,000 the scan would stop before reaching this test's.
-        cursor.execute("SET LOCAL hnsw.max_scan_tuples = 10000000")
         cursor.execute(sql, params)
         return [row[:2] for row in cursor.fetchall()]
 

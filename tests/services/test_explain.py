@@ -10,19 +10,16 @@ from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Document
 from bailing_knowledge.services.explain import explain_search, principal_session
 from bailing_knowledge.services.search import search
+from tests.hnsw import rebuild_vector_index
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def vector_scans_reach_this_tests_rows():
-    """The test database's HNSW index keeps the entries of every earlier test's rolled-back
-    rows, many of them these same documents; past pgvector's default limits (20,000 tuples,
-    `work_mem` for the scan's memory) a search's scan can stop before it reaches this test's
-    rows. Set for the test's transaction only."""
+def vector_index_without_earlier_tests_rows():
+    """The vector leg's scan must reach this test's rows (`tests.hnsw`)."""
     with connection.cursor() as cursor:
-        cursor.execute("SET hnsw.max_scan_tuples = 10000000")
-        cursor.execute("SET hnsw.scan_mem_multiplier = 100")
+        rebuild_vector_index(cursor)
 
 
 # In every hidden document: its title, source key and body.
