@@ -199,6 +199,8 @@ def test_other_dimensions_use_an_operators_halfvec_index(small_kb):
 
 def test_a_small_kb_among_many_rows_is_not_starved(kb, route):
     """Iterative index scans keep walking until enough rows of the filtered KB pass."""
+    with connection.cursor() as cursor:
+        rebuild_vector_index(cursor)  # only this test's rows to walk through
     big = services.create_knowledge_base("big")
     services.bind_knowledge_bases(route, [big])
     _corpus(big, 80, seed=2)
