@@ -95,6 +95,7 @@ def stream_rows(
             if rows:
                 consume(rows)
 
+    # The chain Django's own cursor builds (its `_execute_with_wrappers` is private).
     call: Callable[..., None] = execute
     for wrapper in reversed(connection.execute_wrappers):
         call = functools.partial(wrapper, call)
