@@ -6,7 +6,8 @@ same documents. A scan through them can end before it reaches the current test's
 raising pgvector's scan limits (`hnsw.max_scan_tuples`, `hnsw.scan_mem_multiplier`) does not
 help: with 90,000 dead copies of 30 chunks the leg found 0 or 1 of them either way, and all
 30 after a rebuild (31 ms). A test that needs every live row rebuilds the index inside its
-own transaction, which undoes the rebuild when it rolls back.
+own transaction, which undoes the rebuild when it rolls back; a transactional test's rebuild
+is committed, and only drops entries no row needs.
 """
 
 from __future__ import annotations
