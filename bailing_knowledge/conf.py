@@ -44,6 +44,11 @@ DEFAULTS: dict[str, Any] = {
     # (docs/retrieval.md has the measurements behind the defaults).
     "SEARCH_BM25_K1": 1.2,
     "SEARCH_BM25_B": 0.5,
+    # Chunks the lexical leg reads at most per search, heaviest first. Past them it answers
+    # with the best found instead of proving its top 10 exact: fewer cut the tail latency
+    # of searches over large corpora and leave more of their top 10s inexact (measured in
+    # docs/performance.md).
+    "SEARCH_LEXICAL_READ_BUDGET": 2000,
     # Upper bound for one search's SQL, in milliseconds (0 disables it).
     "SEARCH_STATEMENT_TIMEOUT_MS": 2000,
     # Request bodies: the largest accepted, in bytes, and the deepest nesting of arrays and

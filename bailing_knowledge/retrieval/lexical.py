@@ -49,6 +49,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .analysis import query_terms
 from .bm25 import SLACK, Bm25, Leaders, Scorer, level_floor, reaching_combinations, top
@@ -63,12 +64,9 @@ TOTALS = ""
 
 #: Longest query the leg analyses, in terms.
 MAX_QUERY_TERMS = 32
-#: Guards: rounds per search and chunks read per search. Past them the answer is the best
-#: found, not proven exact: at 100k NFCorpus chunks, 2,000 reads leave 315 of the 323 test
-#: queries' top 10s exact (1,000: 301; 1,500: 309; 4,000: 321), and on NFCorpus itself all
-#: of them (docs/performance.md).
+#: Guard: rounds per search. The other guard, chunks read per search, is the setting
+#: `SEARCH_LEXICAL_READ_BUDGET`. Past either the answer is the best found, not proven exact.
 MAX_ROUNDS = 12
-MAX_CHUNKS_READ = 2_000
 #: Chunks the first round reads, and how much larger each next round may be: a round reads
 #: the heaviest unread levels of all terms together, in order of their bounds, so what a
 #: search reads follows how deep its answer lies, not how many chunks hold its terms. At
@@ -279,7 +277,8 @@ class LexicalLeg:
         # after them are the best found by then, nearly always the same.
         proven = min(limit, EXACT_RANKS)
         params = {**self.visibility.params(self.kb_ids), "terms": terms}
-        budget = MAX_CHUNKS_READ
+        # Chunks this search may still read; past them, the best found (not proven exact).
+        budget = int(knowledge_settings.SEARCH_LEXICAL_READ_BUDGET)
         size = FIRST_ROUND
         floor = 0.0  # levels bounded below this cannot change the proven ranks
         while True:

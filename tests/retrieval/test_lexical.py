@@ -138,10 +138,13 @@ def test_a_common_term_is_not_read_whole(kb, monkeypatch):
     assert leg.chunks_read <= lexical.FIRST_ROUND < 500, leg.chunks_read
 
 
-def test_the_read_budget_bounds_the_work_and_keeps_the_best_found(kb, monkeypatch):
+def test_the_read_budget_bounds_the_work_and_keeps_the_best_found(kb, settings):
     _random_corpus(kb, 80, seed=4)
     query = " ".join(VOCABULARY[:6])
-    monkeypatch.setattr(lexical, "MAX_CHUNKS_READ", 15)
+    unbounded = LexicalLeg(query, [kb], Visibility(), kb.language)
+    unbounded.ranking(10)
+    assert unbounded.chunks_read > 15 and not unbounded.truncated
+    settings.BAILING_KNOWLEDGE = {"SEARCH_LEXICAL_READ_BUDGET": 15}
     leg = LexicalLeg(query, [kb], Visibility(), kb.language)
     found = leg.ranking(10)
     assert leg.truncated
