@@ -134,6 +134,8 @@ class DatabaseDeadline:
         self.connection = connections[alias]
         self.remaining = budget_seconds
         self._connecting: tuple[float, float] | None = None
+        # Whether the connection has answered in this request (it was alive then).
+        self._answered = False
 
     def _exhausted(self) -> OperationalError:
         return OperationalError("The request's database wait budget is exhausted.")
@@ -156,6 +158,7 @@ class DatabaseDeadline:
         if not self._disarm(key, started):
             # The answer arrived as the socket was shut down: the connection is unusable.
             raise self._exhausted()
+        self._answered = True
         return result
 
     def _disarm(self, key: int, started: float) -> bool:
@@ -210,24 +213,53 @@ class DatabaseDeadline:
         for name in self._patched:
             self.connection.__dict__.pop(name, None)
 
-    def connect(self) -> None:
-        """Check or open the connection now, within the budget.
+    def connect(self) -> bool:
+        """Check or open the connection now, within the budget; True when a kept connection
+        is to be used unchecked, its check left to the request's first statement.
 
-        Django's health check (`CONN_HEALTH_CHECKS`) runs `SELECT 1` past the execute
-        wrappers, so it is run here, guarded, before Django would run it unguarded.
+        Django's health check (`CONN_HEALTH_CHECKS`) is a `SELECT 1` round trip before the
+        request's first query, past the execute wrappers. Outside a transaction the first
+        statement can be the check: the agent views run it, and when it fails because the
+        connection is dead, `reconnect` opens a new one and they run it again. Inside a
+        transaction (`ATOMIC_REQUESTS`) a connection cannot be replaced, so Django's check
+        runs first, guarded.
         """
         connection = self.connection
         raw = connection.connection
         if raw is not None and (raw.closed or raw.broken):
             # Left broken by an earlier request (cut short) whose end did not close it.
             connection.close()
+        unchecked = False
         if connection.connection is not None:
-            with contextlib.suppress(OperationalError):
-                # A check cut short leaves the connection broken; Django then closes it.
-                self._guarded(connection.close_if_health_check_failed)
+            if (
+                connection.health_check_enabled
+                and not connection.health_check_done
+                and not connection.in_atomic_block
+            ):
+                connection.health_check_done = True
+                unchecked = True
+            else:
+                with contextlib.suppress(OperationalError):
+                    # A check cut short leaves the connection broken; Django then closes it.
+                    self._guarded(connection.close_if_health_check_failed)
         connection.ensure_connection()
         if self.remaining <= 0:
             raise self._exhausted()
+        return unchecked
+
+    def reconnect(self) -> bool:
+        """After the first statement failed on a connection `connect` left unchecked: True,
+        with a new connection open, if the connection was dead; False if it failed on a live
+        connection, after an earlier answer, or with the budget spent (its error stands)."""
+        connection = self.connection
+        raw = connection.connection
+        if self._answered or self.remaining <= 0:
+            return False
+        if raw is not None and not (raw.closed or raw.broken):
+            return False
+        connection.close()
+        connection.ensure_connection()
+        return True
 
 
 @contextlib.contextmanager

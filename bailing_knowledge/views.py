@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.openapi import AutoSchema
@@ -76,10 +77,17 @@ class AgentAPIView(APIView):
             return super().dispatch(request, *args, **kwargs)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        if self.database_deadline is not None:
-            # Inside the view's error handling: a failed connect is a JSON 503.
-            self.database_deadline.connect()
-        super().initial(request, *args, **kwargs)
+        deadline = self.database_deadline
+        # Inside the view's error handling: a failed connect is a JSON 503.
+        unchecked = deadline is not None and deadline.connect()
+        try:
+            super().initial(request, *args, **kwargs)
+        except DatabaseError:
+            # Authentication's statement, the request's first, was the health check of a
+            # kept connection: if the connection was dead, run the checks again on a new one.
+            if not (unchecked and deadline.reconnect()):
+                raise
+            super().initial(request, *args, **kwargs)
 
     def finalize_response(
         self, request: Request, response: HttpResponse, *args: Any, **kwargs: Any

@@ -7,7 +7,7 @@ import time
 from unittest import mock
 
 import pytest
-from django.db import connection, connections
+from django.db import close_old_connections, connection, connections
 
 from bailing_knowledge import services
 from bailing_knowledge.deadline import bounded_database_wait
@@ -92,3 +92,117 @@ def test_the_budget_is_shared_by_the_queries_of_a_request(budget):
         with pytest.raises(Exception, match="budget is exhausted"):
             cursor.execute("SELECT pg_sleep(0.3)")
     connection.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Kept connections: the request's first statement is their health check
+
+
+@pytest.fixture
+def kept_connections():
+    """Persistent, health-checked connections, as a production server keeps them."""
+    settings_dict = connection.settings_dict
+    saved = {key: settings_dict[key] for key in ("CONN_MAX_AGE", "CONN_HEALTH_CHECKS")}
+    connection.close()
+    settings_dict.update(CONN_MAX_AGE=60, CONN_HEALTH_CHECKS=True)
+    yield
+    connection.close()
+    settings_dict.update(saved)
+
+
+def _request(agent, path="/workspaces/orders/knowledge/capabilities", body=None):
+    """A request as a WSGI server makes it: the test client leaves out Django's request
+    signals, which reset the health check and drop unusable connections."""
+    close_old_connections()
+    response = agent.post(path, body) if body is not None else agent.get(path)
+    close_old_connections()
+    return response
+
+
+def _backend_pid() -> int:
+    return connection.connection.info.backend_pid
+
+
+def test_a_kept_connection_is_checked_by_the_first_statement_alone(agent, kept_connections):
+    assert _request(agent).status_code == 200
+    pid = _backend_pid()
+    with mock.patch.object(connection, "is_usable", wraps=connection.is_usable) as is_usable:
+        assert _request(agent).status_code == 200
+        assert (
+            _request(agent, "/workspaces/orders/knowledge/search", {"query": "x"}).status_code
+            == 200
+        )
+    is_usable.assert_not_called()
+    assert _backend_pid() == pid
+
+
+def _terminate(pid: int) -> None:
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            assert cursor.fetchone() == (True,)
+    finally:
+        other.close()
+    # The server ends the backend after answering; wait until it is gone.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+                if cursor.fetchone() == (0,):
+                    return
+        finally:
+            other.close()
+        time.sleep(0.02)
+    raise AssertionError("the backend outlived pg_terminate_backend")
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/workspaces/orders/knowledge/capabilities", None),
+        ("/workspaces/orders/knowledge/search", {"query": "refunds"}),
+    ],
+)
+def test_a_dead_kept_connection_is_replaced_and_the_request_answers(
+    agent, kept_connections, path, body
+):
+    assert _request(agent).status_code == 200
+    pid = _backend_pid()
+    _terminate(pid)
+    response = _request(agent, path, body)
+    assert response.status_code == 200, response.content
+    assert _backend_pid() != pid
+    assert _request(agent).status_code == 200
+
+
+def test_a_statement_that_fails_on_a_live_connection_is_not_run_again(agent, kept_connections):
+    assert _request(agent).status_code == 200
+    pid = _backend_pid()
+    statements = []
+
+    def failing(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute("SELECT 1 / 0", None, many, context)
+
+    with connection.execute_wrapper(failing):
+        response = _request(agent)
+    assert_error(response, 503, "knowledge_unavailable")
+    assert len(statements) == 1
+    assert _backend_pid() == pid
+
+
+def test_inside_a_request_transaction_django_checks_the_connection_first(agent, kept_connections):
+    connection.settings_dict["ATOMIC_REQUESTS"] = True
+    try:
+        assert _request(agent).status_code == 200
+        pid = _backend_pid()
+        _terminate(pid)
+        with mock.patch.object(connection, "is_usable", wraps=connection.is_usable) as is_usable:
+            assert _request(agent).status_code == 200
+        is_usable.assert_called()
+        assert _backend_pid() != pid
+    finally:
+        connection.settings_dict["ATOMIC_REQUESTS"] = False
