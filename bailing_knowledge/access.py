@@ -54,6 +54,11 @@ _AS_IS = frozenset(
 )
 
 
+def session_database() -> str:
+    """The database alias authentication's statement reads from: a request's first."""
+    return router.db_for_read(AgentSession)
+
+
 def _fetch(model: type[Model], sql: str, params: list[Any]) -> tuple[str, dict[str, Any]] | None:
     """The function's answer, with the database alias it was read from."""
     alias = router.db_for_read(model)

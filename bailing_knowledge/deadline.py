@@ -213,16 +213,17 @@ class DatabaseDeadline:
         for name in self._patched:
             self.connection.__dict__.pop(name, None)
 
-    def connect(self) -> bool:
+    def connect(self, *, first_statement_checks: bool = False) -> bool:
         """Check or open the connection now, within the budget; True when a kept connection
         is to be used unchecked, its check left to the request's first statement.
 
         Django's health check (`CONN_HEALTH_CHECKS`) is a `SELECT 1` round trip before the
-        request's first query, past the execute wrappers. Outside a transaction the first
-        statement can be the check: the agent views run it, and when it fails because the
-        connection is dead, `reconnect` opens a new one and they run it again. Inside a
-        transaction (`ATOMIC_REQUESTS`) a connection cannot be replaced, so Django's check
-        runs first, guarded.
+        request's first query, past the execute wrappers. With `first_statement_checks`
+        (the caller's first statement runs on this connection, only reads, and can be run
+        again) and outside a transaction, that statement is the check: when it fails because
+        the connection is dead, `reconnect` opens a new one and the caller runs it again.
+        Otherwise, and inside a transaction (`ATOMIC_REQUESTS`), where a connection cannot
+        be replaced, Django's check runs first, guarded.
         """
         connection = self.connection
         raw = connection.connection
@@ -232,7 +233,8 @@ class DatabaseDeadline:
         unchecked = False
         if connection.connection is not None:
             if (
-                connection.health_check_enabled
+                first_statement_checks
+                and connection.health_check_enabled
                 and not connection.health_check_done
                 and not connection.in_atomic_block
             ):

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import constants, services
+from . import access, constants, services
 from .authentication import AgentBearerAuthentication
 from .deadline import bounded_database_wait
 from .exceptions import (
@@ -78,14 +78,18 @@ class AgentAPIView(APIView):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         deadline = self.database_deadline
-        # Inside the view's error handling: a failed connect is a JSON 503.
-        unchecked = deadline is not None and deadline.connect()
+        unchecked = False
+        if deadline is not None:
+            # Authentication's statement (the access function, which only reads) is the
+            # request's first; on the deadline's connection, it is that connection's health
+            # check. Inside the view's error handling: a failed connect is a JSON 503.
+            on_it = access.session_database() == deadline.connection.alias
+            unchecked = deadline.connect(first_statement_checks=on_it)
         try:
             super().initial(request, *args, **kwargs)
         except DatabaseError:
-            # Authentication's statement, the request's first, was the health check of a
-            # kept connection: if the connection was dead, run the checks again on a new one.
-            if not (unchecked and deadline.reconnect()):
+            # The kept connection was dead: run the checks again on a new one.
+            if not (unchecked and deadline is not None and deadline.reconnect()):
                 raise
             super().initial(request, *args, **kwargs)
 

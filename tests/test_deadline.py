@@ -206,3 +206,13 @@ def test_inside_a_request_transaction_django_checks_the_connection_first(agent, 
         assert _backend_pid() != pid
     finally:
         connection.settings_dict["ATOMIC_REQUESTS"] = False
+
+
+def test_when_sessions_are_read_elsewhere_django_checks_the_connection(agent, kept_connections):
+    assert _request(agent).status_code == 200
+    with (
+        mock.patch("bailing_knowledge.access.session_database", return_value="replica"),
+        mock.patch.object(connection, "is_usable", wraps=connection.is_usable) as is_usable,
+    ):
+        assert _request(agent).status_code == 200
+    is_usable.assert_called_once()
