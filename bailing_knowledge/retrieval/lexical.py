@@ -73,12 +73,13 @@ MAX_ROUNDS = 12
 #: 100k NFCorpus chunks a first round of 200 instead of 100 proves the median test query at
 #: once: 3 statements instead of 5, for 200 chunks read instead of 204. A query the first
 #: round does not prove usually needs far more, and each round costs a statement and a
-#: visibility check, so the second may read ten times as much (up to the budget): against
-#: four times, the leg's p95 at 100k fell from 17.7 to 14.9 ms, common-term queries' median
-#: from 17.5 to 14.9 ms, and the median at 1M from 16.0 to 13.7 ms, for 7 % more chunks read
-#: on average and the same exact top 10s (alternating runs of the same queries). A second
-#: round that fills the budget leaves none for the closing round: 46 test queries at 100k
-#: end unproven against 41 with four times, for the same 315 exact top 10s of 323.
+#: visibility check, so the second may read ten times as much (up to the budget). With a
+#: budget of 2,000, against four times, the leg's p95 at 100k fell from 17.7 to 14.9 ms,
+#: common-term queries' median from 17.5 to 14.9 ms, and the median at 1M from 16.0 to
+#: 13.7 ms, for 7 % more chunks read on average and the same exact top 10s (alternating runs
+#: of the same queries). A second round that fills the budget leaves none for the closing
+#: round: 46 test queries at 100k end unproven against 41 with four times, for the same 315
+#: exact top 10s of 323.
 FIRST_ROUND = 200
 GROWTH = 10
 #: Lexemes one round asks for at most (the SQL stays small; the next round goes on), and
@@ -491,7 +492,7 @@ def _in_order(rows: Sequence[tuple[Any, ...]]) -> bool:
 
 def _id_array(*groups: Iterable[int]) -> str:
     """An array literal of ids (`{1,2,3}`), cast to `bigint[]` in SQL: one join instead of
-    the driver's adaptation of each of up to 2,000 ids, every round."""
+    the driver's adaptation of each of up to a read budget of ids, every round."""
     return _array_literal(map(str, itertools.chain(*groups)))
 
 
