@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import logging
 import socket
 import threading
 import time
@@ -25,6 +26,8 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from psycopg import capabilities, generators, waiting
 
 from .conf import knowledge_settings
+
+logger = logging.getLogger("bailing_knowledge")
 
 # How long a cancel request may wait for the server, in a thread of its own.
 CANCEL_TIMEOUT_SECONDS = 5.0
@@ -259,9 +262,17 @@ class DatabaseDeadline:
             return False
         if raw is not None and not (raw.closed or raw.broken):
             return False
+        logger.info("A kept database connection was closed; opening a new one")
         connection.close()
         connection.ensure_connection()
         return True
+
+    def settle(self) -> None:
+        """After the caller's first statement should have run: if the connection has not
+        answered (the request was refused before any statement, or it ran elsewhere), its
+        health check is Django's again, at its next query."""
+        if not self._answered:
+            self.connection.health_check_done = False
 
 
 @contextlib.contextmanager

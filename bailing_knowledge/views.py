@@ -86,12 +86,17 @@ class AgentAPIView(APIView):
             on_it = access.session_database() == deadline.connection.alias
             unchecked = deadline.connect(first_statement_checks=on_it)
         try:
+            try:
+                super().initial(request, *args, **kwargs)
+                return
+            except DatabaseError:
+                if not (unchecked and deadline is not None and deadline.reconnect()):
+                    raise
+            # The kept connection was dead: the checks again, on the new one.
             super().initial(request, *args, **kwargs)
-        except DatabaseError:
-            # The kept connection was dead: run the checks again on a new one.
-            if not (unchecked and deadline is not None and deadline.reconnect()):
-                raise
-            super().initial(request, *args, **kwargs)
+        finally:
+            if unchecked and deadline is not None:
+                deadline.settle()
 
     def finalize_response(
         self, request: Request, response: HttpResponse, *args: Any, **kwargs: Any

@@ -216,3 +216,25 @@ def test_when_sessions_are_read_elsewhere_django_checks_the_connection(agent, ke
     ):
         assert _request(agent).status_code == 200
     is_usable.assert_called_once()
+
+
+def test_a_request_refused_before_any_statement_leaves_the_check_to_django(agent, kept_connections):
+    assert _request(agent).status_code == 200
+    _terminate(_backend_pid())
+    close_old_connections()  # request_started
+    response = agent.get("/workspaces/orders/knowledge/capabilities", token=None)
+    assert response.status_code == 401
+    # Still within the request, as a middleware after the view: Django's check runs first
+    # and replaces the dead connection.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)
+    close_old_connections()
+
+
+def test_without_a_wait_budget_django_checks_the_connection(settings, agent, kept_connections):
+    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {}, "DATABASE_WAIT_MS": 0}
+    assert _request(agent).status_code == 200
+    with mock.patch.object(connection, "is_usable", wraps=connection.is_usable) as is_usable:
+        assert _request(agent).status_code == 200
+    is_usable.assert_called_once()
