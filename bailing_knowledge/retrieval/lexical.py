@@ -492,7 +492,7 @@ def _in_order(rows: Sequence[tuple[Any, ...]]) -> bool:
 
 def _id_array(*groups: Iterable[int]) -> str:
     """An array literal of ids (`{1,2,3}`), cast to `bigint[]` in SQL: one join instead of
-    the driver's adaptation of each of up to a read budget of ids, every round."""
+    the driver's adaptation of each id (up to the read budget's worth), every round."""
     return _array_literal(map(str, itertools.chain(*groups)))
 
 
