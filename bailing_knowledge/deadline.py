@@ -230,7 +230,7 @@ class DatabaseDeadline:
         """
         connection = self.connection
         raw = connection.connection
-        if raw is not None and (raw.closed or raw.broken):
+        if raw is not None and _dead(raw):
             # Left broken by an earlier request (cut short) whose end did not close it.
             connection.close()
         unchecked = False
@@ -260,7 +260,7 @@ class DatabaseDeadline:
         raw = connection.connection
         if self._answered or self.remaining <= 0:
             return False
-        if raw is not None and not (raw.closed or raw.broken):
+        if raw is not None and not _dead(raw):
             return False
         logger.info("A kept database connection was closed; opening a new one")
         connection.close()
@@ -273,6 +273,11 @@ class DatabaseDeadline:
         health check is Django's again, at its next query."""
         if not self._answered:
             self.connection.health_check_done = False
+
+
+def _dead(raw: Any) -> bool:
+    """The driver connection can run nothing more (closed, or lost to the server)."""
+    return bool(raw.closed or raw.broken)
 
 
 @contextlib.contextmanager
