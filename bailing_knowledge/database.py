@@ -15,6 +15,7 @@ from typing import Any
 from django.contrib.postgres.operations import CreateExtension
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, router, transaction
+from psycopg import sql
 
 MIN_POSTGRES_VERSION = 140000
 MIN_PGVECTOR_VERSION = (0, 7)
@@ -128,7 +129,12 @@ class CreateVectorExtension(CreateExtension):
                 "WHERE extname = 'vector'"
             )
             comment = (cursor.fetchone() or [None])[0] or "vector"
-            cursor.execute("COMMENT ON EXTENSION vector IS %s", [comment + CREATED_MARK])
+            # A literal, not a parameter: a utility statement takes none, and with Django's
+            # `server_side_binding` option a parameter would reach the server as `$1`.
+            comment_sql = sql.SQL("COMMENT ON EXTENSION vector IS {}").format(
+                sql.Literal(comment + CREATED_MARK)
+            )
+            cursor.execute(comment_sql.as_string(connection.connection))
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):  # type: ignore[no-untyped-def]
         """Drop the extension only when it bears our mark and nothing else depends on it."""

@@ -32,6 +32,7 @@ from bailing_knowledge.database import CREATED_MARK
 from . import connection_url
 
 SETTINGS = """
+import json
 import os
 
 from bailing_knowledge.embedded import database_settings
@@ -68,7 +69,8 @@ TEMPLATES = [{
     ]},
 }]
 DATABASES = {"default": database_settings(
-    os.environ["HOST_DB_URL"], OPTIONS={"connect_timeout": 2}
+    os.environ["HOST_DB_URL"],
+    OPTIONS={"connect_timeout": 2, **json.loads(os.environ.get("HOST_DB_OPTIONS", "{}"))},
 )}
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -172,8 +174,9 @@ def scratch_database(database_server):
             )
 
 
-def _host(tmp_path: Path, url: str) -> Callable[..., str]:
-    """A project of its own, as `startproject` lays one out, using the app on `url`.
+def _host(tmp_path: Path, url: str, options: dict | None = None) -> Callable[..., str]:
+    """A project of its own, as `startproject` lays one out, using the app on `url` (with
+    these database `OPTIONS` added).
 
     Returns a function that runs Python in that project and gives back its stdout (with its
     stderr when the run is expected to fail, `ok=False`).
@@ -187,6 +190,7 @@ def _host(tmp_path: Path, url: str) -> Callable[..., str]:
         "DJANGO_SETTINGS_MODULE": "host.settings",
         "PYTHONPATH": str(tmp_path),
         "HOST_DB_URL": url,
+        "HOST_DB_OPTIONS": json.dumps(options or {}),
     }
 
     def run(*args: str, ok: bool = True) -> str:
@@ -446,6 +450,21 @@ def test_reversing_drops_only_the_extension_the_migration_created(scratch_databa
     run = _host(tmp_path, connection_url(_admin_conninfo(), scratch_database))
     run("-m", "django", "migrate", "--noinput")
     assert _vector_comment(scratch_database).endswith(CREATED_MARK)
+    run("-m", "django", "migrate", "bailing_knowledge", "zero", "--noinput")
+    assert _vector_comment(scratch_database) is None
+
+
+def test_a_project_binding_parameters_on_the_server_migrates_searches_and_reverses(
+    scratch_database, tmp_path
+):
+    """Django's `server_side_binding` sends parameters apart from the statement, which a
+    utility statement (the extension's comment) cannot take; with `prepare_threshold` 0 every
+    statement is prepared, the search's too."""
+    options = {"server_side_binding": True, "prepare_threshold": 0}
+    run = _host(tmp_path, connection_url(_admin_conninfo(), scratch_database), options)
+    run("-m", "django", "migrate", "--noinput")
+    assert _vector_comment(scratch_database).endswith(CREATED_MARK)
+    assert run("-c", textwrap.dedent(SEARCH_SMOKE)).strip() == "Refunds"
     run("-m", "django", "migrate", "bailing_knowledge", "zero", "--noinput")
     assert _vector_comment(scratch_database) is None
 

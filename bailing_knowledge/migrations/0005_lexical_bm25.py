@@ -19,7 +19,11 @@ LOCK = """
     PERFORM pg_advisory_xact_lock_shared(1651207288, (k.knowledge_base_id % 2147483648)::int)
     FROM (SELECT DISTINCT knowledge_base_id FROM {rows} ORDER BY 1) k;
 """
-TRIGGERS = f"""
+# One statement per item: RunSQL runs a list item by item, where it would split a script
+# with sqlparse, which leaves these PL/pgSQL bodies as one statement; and a prepared
+# statement (Django's `server_side_binding` with psycopg's `prepare_threshold`) holds one.
+TRIGGERS = [
+    f"""
 CREATE FUNCTION bailing_knowledge_lexicon_add() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     {LOCK.format(rows="new_rows")}
@@ -33,8 +37,9 @@ BEGIN
     SET chunks = l.chunks + excluded.chunks, length = l.length + excluded.length,
         top = greatest(l.top, excluded.top);
     RETURN NULL;
-END $$;
-
+END $$
+""",  # noqa: S608
+    f"""
 CREATE FUNCTION bailing_knowledge_lexicon_remove() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     {LOCK.format(rows="old_rows")}
@@ -54,23 +59,26 @@ BEGIN
     WHERE l.knowledge_base_id = d.knowledge_base_id AND l.term = d.term;
     TRUNCATE bailing_knowledge_lexicon_delta;
     RETURN NULL;
-END $$;
-
+END $$
+""",  # noqa: S608
+    """
 CREATE TRIGGER bailing_knowledge_chunk_lexicon_add
 AFTER INSERT ON bailing_knowledge_chunk REFERENCING NEW TABLE AS new_rows
-FOR EACH STATEMENT EXECUTE FUNCTION bailing_knowledge_lexicon_add();
-
+FOR EACH STATEMENT EXECUTE FUNCTION bailing_knowledge_lexicon_add()
+""",
+    """
 CREATE TRIGGER bailing_knowledge_chunk_lexicon_remove
 AFTER DELETE ON bailing_knowledge_chunk REFERENCING OLD TABLE AS old_rows
-FOR EACH STATEMENT EXECUTE FUNCTION bailing_knowledge_lexicon_remove();
-"""  # noqa: S608
+FOR EACH STATEMENT EXECUTE FUNCTION bailing_knowledge_lexicon_remove()
+""",
+]
 
-DROP_TRIGGERS = """
-DROP TRIGGER IF EXISTS bailing_knowledge_chunk_lexicon_add ON bailing_knowledge_chunk;
-DROP TRIGGER IF EXISTS bailing_knowledge_chunk_lexicon_remove ON bailing_knowledge_chunk;
-DROP FUNCTION IF EXISTS bailing_knowledge_lexicon_add();
-DROP FUNCTION IF EXISTS bailing_knowledge_lexicon_remove();
-"""
+DROP_TRIGGERS = [
+    "DROP TRIGGER IF EXISTS bailing_knowledge_chunk_lexicon_add ON bailing_knowledge_chunk",
+    "DROP TRIGGER IF EXISTS bailing_knowledge_chunk_lexicon_remove ON bailing_knowledge_chunk",
+    "DROP FUNCTION IF EXISTS bailing_knowledge_lexicon_add()",
+    "DROP FUNCTION IF EXISTS bailing_knowledge_lexicon_remove()",
+]
 
 
 def rebuild_lexical_indexes(apps, schema_editor):
