@@ -50,20 +50,26 @@ def _conninfo(dbname: str) -> dict[str, Any]:
         "port": settings["PORT"],
         **settings["OPTIONS"],
     }
+    info.pop("server_side_binding", None)  # Django's, not libpq's
     return {key: value for key, value in info.items() if value not in ("", None)}
 
 
 def raw_connection(dbname: str, *, autocommit: bool = False) -> Any:
     """A plain psycopg connection to `dbname`.
 
-    It binds parameters on the client, as Django's PostgreSQL backend does, so the server
-    receives exactly the statements the product sends (no prepared statements, no generic
-    plans).
+    It binds parameters as Django's connection does, so the server receives exactly the
+    statements the product sends: on the client by default (no prepared statements, no
+    generic plans), on the server and prepared when `BAILING_BENCH_PREPARE` sets
+    `server_side_binding` (`benchmarks.settings`; `prepare_threshold` goes along).
     """
     import psycopg
+    from django.db import connection
 
+    server_side = connection.settings_dict["OPTIONS"].get("server_side_binding") is True
     return psycopg.connect(
-        **_conninfo(dbname), autocommit=autocommit, cursor_factory=psycopg.ClientCursor
+        **_conninfo(dbname),
+        autocommit=autocommit,
+        cursor_factory=psycopg.Cursor if server_side else psycopg.ClientCursor,
     )
 
 

@@ -7,6 +7,8 @@ Connections are persistent with health checks, and the middleware stack is the e
 project's, as in a real deployment. The rest comes from `tests.settings_base`.
 """
 
+import os
+
 from tests.settings_base import *  # noqa: F403
 from tests.settings_base import MIDDLEWARE, ROOT, database
 
@@ -24,3 +26,11 @@ DATABASES = {
     )
 }
 DATABASES["default"]["NAME"] = "bench_100k"
+
+# `BAILING_BENCH_PREPARE=N`: bind parameters on the server and prepare a statement from its
+# Nth run (psycopg's `prepare_threshold`), as a deployment without a transaction pooler may;
+# the raw SQL sides do the same (`benchmarks.common.raw_connection`).
+if _prepare := os.environ.get("BAILING_BENCH_PREPARE", "").strip():
+    DATABASES["default"]["OPTIONS"].update(
+        server_side_binding=True, prepare_threshold=int(_prepare)
+    )

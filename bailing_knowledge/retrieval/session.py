@@ -23,7 +23,12 @@ _CONFIGURE = (
     "set_config('jit', 'off', true), "
     # A lexical round looks each level up in the GIN index; on a small table the planner
     # would rather test every chunk against every level, which costs levels x chunks.
-    "set_config('enable_seqscan', 'off', true)"
+    "set_config('enable_seqscan', 'off', true), "
+    # Where the deployment prepares statements (Django's `server_side_binding` with psycopg's
+    # `prepare_threshold`), plan each once per connection: left to choose, PostgreSQL plans
+    # the vector leg, the statistics and the fetch anew every time, and their plans do not
+    # depend on the values. Without prepared statements this changes nothing.
+    "set_config('plan_cache_mode', 'force_generic_plan', true)"
 )
 
 
