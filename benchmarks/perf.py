@@ -122,14 +122,15 @@ def compare_search(
     bench: Bench, searches: Sequence[CapturedSearch], rounds: int, seed: int, warmup: int = 30
 ) -> dict[str, Any]:
     """Full stack, the raw hybrid SQL and the raw SQL of the vector leg alone (configure and
-    vector statements), alternately per query, `rounds` passes over `searches`."""
+    vector statements), alternately per query, `rounds` passes over `searches`; each side on
+    a connection of its own (`Bench.vector`)."""
 
     def run(side: str, search: CapturedSearch) -> float:
         if side == "full_stack":
             return bench.agent.post("search", {"query": search.query})[0]
         if side == "raw_sql":
             return bench.raw.timed(search)
-        return bench.raw.timed_steps(search, VECTOR_STEPS)
+        return bench.vector.timed_steps(search, VECTOR_STEPS)
 
     rng = random.Random(seed)
     for search in searches[:warmup]:
