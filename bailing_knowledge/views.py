@@ -88,12 +88,11 @@ class AgentAPIView(APIView):
         try:
             try:
                 super().initial(request, *args, **kwargs)
-                return
             except DatabaseError:
                 if not (unchecked and deadline is not None and deadline.reconnect()):
                     raise
-            # The kept connection was dead: the checks again, on the new one.
-            super().initial(request, *args, **kwargs)
+                # The kept connection was dead: the checks again, on the new one.
+                super().initial(request, *args, **kwargs)
         finally:
             if unchecked and deadline is not None:
                 deadline.settle()
