@@ -130,7 +130,7 @@ def compare_search(
             return bench.agent.post("search", {"query": search.query})[0]
         if side == "raw_sql":
             return bench.raw.timed(search)
-        return bench.vector.timed_steps(search, VECTOR_STEPS)
+        return bench.vector.timed_together(search, VECTOR_STEPS)
 
     rng = random.Random(seed)
     for search in searches[:warmup]:

@@ -21,6 +21,7 @@ picking its statements by step.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,12 +101,26 @@ def step_of(sql: str) -> str:
     return "other"
 
 
+def split_batch(sql: str) -> list[str]:
+    """The statements of a query string as `HybridSearch` sends it, without BEGIN and COMMIT.
+
+    A search sends several statements in one query string where it can (its opening
+    statements, its fetch with the COMMIT), each after its `/* bk:` marker."""
+    from bailing_knowledge.retrieval.session import SEPARATOR
+
+    batched = re.escape(SEPARATOR) + r"(?=/\* bk:|COMMIT\Z)"
+    return [part for part in re.split(batched, sql) if not part.startswith(("BEGIN", "COMMIT"))]
+
+
 @dataclass(frozen=True)
 class CapturedSearch:
-    """The SQL one search runs: each statement with its parameters, in order."""
+    """The SQL one search runs: each statement with its parameters, in order (`statements`),
+    and the query strings as they were sent, several statements in one where the search
+    batched them, BEGIN and COMMIT included when it wrote them itself (`sent`)."""
 
     query: str
     statements: tuple[tuple[str, Any], ...]
+    sent: tuple[tuple[str, Any], ...] = ()
 
     def of(self, *steps: str) -> list[tuple[str, Any]]:
         """The statements of these steps, in the order the search sent them."""
@@ -133,12 +148,13 @@ def capture_search(session: Any, route: Any, query: str) -> CapturedSearch:
     with connection.execute_wrapper(record):
         find_hits(session, route, query, max_hits=min(constants.SEARCH_MAX_RESULTS, route.max_docs))
     first = next(i for i, (sql, _) in enumerate(log) if step_of(sql) == "configure")
-    statements = tuple(
+    sent = tuple(
         (sql, params)
         for sql, params in log[first:]
         if not sql.lstrip().upper().startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))
     )
-    return CapturedSearch(query, statements)
+    statements = tuple((part, params) for sql, params in sent for part in split_batch(sql))
+    return CapturedSearch(query, statements, sent)
 
 
 class RawSQL:
@@ -163,9 +179,54 @@ class RawSQL:
         self.conn.commit()
 
     def timed(self, search: CapturedSearch) -> float:
-        start = time.perf_counter()
-        self.replay(search)
-        return time.perf_counter() - start
+        """Seconds of the search's SQL sent as the search sent it: the same query strings,
+        so the same round trips."""
+        own = search.sent[0][0].startswith("BEGIN")
+        if not own:
+            # Statements sent one by one, in a transaction the driver began.
+            start = time.perf_counter()
+            self.replay(search)
+            return time.perf_counter() - start
+        # The search wrote its BEGIN and COMMIT into its query strings.
+        self.conn.autocommit = True
+        try:
+            start = time.perf_counter()
+            with self.conn.cursor() as cursor:
+                for sql, params in search.sent:
+                    cursor.execute(sql, params)
+                    while True:
+                        if cursor.description is not None:
+                            cursor.fetchall()
+                        if not cursor.nextset():
+                            break
+            return time.perf_counter() - start
+        finally:
+            self.conn.autocommit = False
+
+    def timed_together(self, search: CapturedSearch, steps: Sequence[str]) -> float:
+        """Seconds of the statements of `steps` sent as the search sends its opening ones:
+        in one query string after the transaction's BEGIN, then COMMIT. A search that sent
+        its statements one by one (`server_side_binding`) has them replayed one by one."""
+        from bailing_knowledge.retrieval import session
+
+        if not search.sent[0][0].startswith("BEGIN"):
+            return self.timed_steps(search, steps)
+        self.conn.autocommit = True
+        try:
+            with self.conn.cursor() as cursor:
+                parts = [cursor.mogrify(sql, params) for sql, params in search.of(*steps)]
+                text = session.SEPARATOR.join([session.BEGIN, *parts])
+                start = time.perf_counter()
+                cursor.execute(text)
+                while True:
+                    if cursor.description is not None:
+                        cursor.fetchall()
+                    if not cursor.nextset():
+                        break
+                cursor.execute("COMMIT")
+                return time.perf_counter() - start
+        finally:
+            self.conn.autocommit = False
 
     def timed_steps(
         self, search: CapturedSearch, steps: Sequence[str], *, untimed: Sequence[str] = ()

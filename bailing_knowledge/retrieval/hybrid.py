@@ -14,19 +14,19 @@ instead of failing it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg.errors
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection
 
 from .. import constants
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .embedders import EmbedderError, get_embedder
 from .lexical import LexicalLeg
-from .session import configure_search, search_transaction
+from .session import SearchTransaction, Statement, configure_statement, search_transaction
 from .visibility import (
     VISIBLE_SQL,
     Visibility,
@@ -129,8 +129,15 @@ def fusion_weight(alias: str) -> float:
     return get_embedder(alias).fusion_weight
 
 
-class _LegTimedOut(Exception):
-    """A leg's statement timed out: its transaction can run nothing more."""
+@dataclass
+class _Leg:
+    """One ranking to fuse: the lexical leg of one language, or the vector leg of one
+    embedder over its knowledge bases."""
+
+    weight: float
+    kb_ids: list[int] = field(default_factory=list)
+    embedder: str = ""
+    lexical: LexicalLeg | None = None
 
 
 def _is_timeout(exc: DatabaseError) -> bool:
@@ -171,83 +178,165 @@ class HybridSearch:
         and chunks of at most `max_documents` documents."""
         if not self.kbs:
             return self.result
-        legs: list[tuple[Callable[..., list[int]], tuple[Any, ...], float]] = []
+        legs: list[_Leg] = []
         if self.use_lexical:
             for language, group in group_knowledge_bases(self.kbs, "language"):
-                legs.append((self._lexical, (group, language), 1.0))
+                lexical = LexicalLeg(self.query, group, self.visibility, language)
+                legs.append(_Leg(1.0, lexical=lexical))
         if self.use_vector:
             for embedder_alias, group in group_knowledge_bases(self.kbs, "embedder"):
-                args = ([kb.pk for kb in group], embedder_alias)
-                legs.append((self._vector, args, fusion_weight(embedder_alias)))
-        rankings: list[tuple[float, list[int]]] = []
+                legs.append(
+                    _Leg(fusion_weight(embedder_alias), [kb.pk for kb in group], embedder_alias)
+                )
+        # Each leg's ranking, by the leg's place in `legs`: fused in that order.
+        rankings: dict[int, tuple[float, list[int]]] = {}
+        pending = list(range(len(legs)))
         while True:
-            with search_transaction():
-                with connection.cursor() as cursor:
-                    configure_search(cursor)
-                while legs:
-                    leg, args, weight = legs.pop(0)
-                    try:
-                        ranking = self._leg(leg, *args)
-                    except _LegTimedOut:
-                        # The transaction is aborted: the legs left run in a new one.
-                        transaction.set_rollback(True)
-                        break
-                    if ranking is not None:
-                        rankings.append((weight, ranking))
-                else:
-                    scores = self._fuse(rankings)
-                    self.result.hits = self._select(
-                        scores, max_hits, min_score, per_document, max_documents or max_hits
-                    )
-                    return self.result
+            with search_transaction() as tx, connection.cursor() as cursor:
+                if not self._run_legs(tx, cursor, legs, pending, rankings):
+                    # A timeout aborted the transaction: the legs left run in a new one.
+                    tx.rollback()
+                    continue
+                scores = self._fuse([rankings[index] for index in sorted(rankings)])
+                self.result.hits = self._select(
+                    tx, cursor, scores, max_hits, min_score, per_document, max_documents or max_hits
+                )
+                return self.result
 
-    def _leg(self, leg, *args) -> list[int] | None:  # type: ignore[no-untyped-def]
-        """Run one leg; an embedder failure marks it failed, and so does a timeout, which
-        also aborts the transaction (`_LegTimedOut`).
+    def _run_legs(
+        self,
+        tx: SearchTransaction,
+        cursor: Any,
+        legs: list[_Leg],
+        pending: list[int],
+        rankings: dict[int, tuple[float, list[int]]],
+    ) -> bool:
+        """Run the `pending` legs in `tx`, moving each one done into `rankings`; False when
+        a statement timed out, which fails its leg and aborts the transaction.
 
-        No savepoint per leg: a timeout is rare and costs a new transaction, where two
-        savepoints cost four round trips on every search."""
+        The opening statements travel together, in one round trip: the transaction's
+        settings, every lexical leg's term statistics and the first vector leg. An embedder
+        failure fails its leg only. No savepoint per leg: a timeout is rare and costs a new
+        transaction, where savepoints would cost two round trips per leg on every search."""
+        opening = [configure_statement()]
+        answer_of: dict[int, int] = {}  # leg -> its statement's place in `opening`
+        for index in pending:
+            lexical = legs[index].lexical
+            if lexical is not None and (statement := lexical.statistics_statement()):
+                answer_of[index] = len(opening)
+                opening.append(statement)
+        first_vector = None
+        for index in [i for i in pending if legs[i].lexical is None]:
+            try:
+                statement = self._vector_statement(legs[index])
+            except EmbedderError:
+                self._embedder_failed(index, pending)
+                continue
+            first_vector = index
+            answer_of[index] = len(opening)
+            opening.append(statement)
+            break
         try:
-            ranking = leg(*args)
-        except EmbedderError:
-            logger.warning("Embedder failed; searching lexically only", exc_info=True)
-            self.result.legs_failed += 1
-            return None
+            answers = tx.run(cursor, opening)
         except DatabaseError as exc:
-            if not _is_timeout(exc):
-                raise
-            logger.warning("A search leg timed out")
-            self.result.legs_failed += 1
-            raise _LegTimedOut from exc
-        self.result.legs_ok += 1
-        return ranking
+            self._timed_out(exc, self._blamed(tx, answer_of, first_vector), pending)
+            return False
+        if first_vector is not None:
+            self._done(
+                first_vector,
+                legs,
+                self._vector_ranking(answers[answer_of[first_vector]]),
+                pending,
+                rankings,
+            )
+        for index in list(pending):
+            leg = legs[index]
+            try:
+                if leg.lexical is not None:
+                    statistics = answers[answer_of[index]] if index in answer_of else None
+                    ranking = self._lexical(leg.lexical, cursor, statistics)
+                else:
+                    ranking = self._vector(cursor, leg)
+            except EmbedderError:
+                self._embedder_failed(index, pending)
+                continue
+            except DatabaseError as exc:
+                self._timed_out(exc, [index], pending)
+                return False
+            self._done(index, legs, ranking, pending, rankings)
+        return True
 
-    def _lexical(self, kbs: list[KnowledgeBase], language: str) -> list[int]:
-        leg = LexicalLeg(self.query, kbs, self.visibility, language)
-        with connection.cursor() as cursor:
-            ranking = [chunk_id for chunk_id, _ in leg.ranking(self.candidates, cursor)]
+    def _done(
+        self,
+        index: int,
+        legs: list[_Leg],
+        ranking: list[int],
+        pending: list[int],
+        rankings: dict[int, tuple[float, list[int]]],
+    ) -> None:
+        rankings[index] = (legs[index].weight, ranking)
+        self.result.legs_ok += 1
+        pending.remove(index)
+
+    @staticmethod
+    def _blamed(
+        tx: SearchTransaction, answer_of: dict[int, int], first_vector: int | None
+    ) -> list[int]:
+        """The legs a failed opening batch fails: the one whose statement failed, where the
+        statements went one by one; else the vector leg, the one that runs long (the term
+        statistics are index lookups), or the lexical legs when it is not there. None when
+        the settings statement itself failed."""
+        if tx.answered is not None:
+            return [index for index, place in answer_of.items() if place == tx.answered]
+        if first_vector is not None:
+            return [first_vector]
+        return list(answer_of)
+
+    def _embedder_failed(self, index: int, pending: list[int]) -> None:
+        logger.warning("Embedder failed; searching lexically only", exc_info=True)
+        self.result.legs_failed += 1
+        pending.remove(index)
+
+    def _timed_out(self, exc: DatabaseError, legs: list[int], pending: list[int]) -> None:
+        """Fail `legs` after a statement timeout; any other database error propagates, and
+        so does a timeout that fails no leg (the search could only try the same again)."""
+        if not legs or not _is_timeout(exc):
+            raise exc
+        logger.warning("A search leg timed out")
+        self.result.legs_failed += len(legs)
+        for index in legs:
+            pending.remove(index)
+
+    def _lexical(
+        self, leg: LexicalLeg, cursor: Any, statistics: list[tuple[Any, ...]] | None
+    ) -> list[int]:
+        ranking = [chunk_id for chunk_id, _ in leg.ranking(self.candidates, cursor, statistics)]
         self.documents.update((chunk_id, leg.documents[chunk_id]) for chunk_id in ranking)
         return ranking
 
-    def _vector(self, kb_ids: list[int], embedder_alias: str) -> list[int]:
-        embedder = get_embedder(embedder_alias)
+    def _vector_statement(self, leg: _Leg) -> Statement:
+        """The vector leg's statement: the query embedded by the leg's embedder (which may
+        fail: `EmbedderError`)."""
+        embedder = get_embedder(leg.embedder)
         vector = embedder.embed_query(self.query)
         literal = "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
         # Cosine distance is 1 - similarity: neighbours below the similarity floor are noise.
         max_distance = 1.0 - float(knowledge_settings.SEARCH_MIN_SIMILARITY)
         params = {
-            **self.visibility.params(kb_ids),
+            **self.visibility.params(leg.kb_ids),
             "vector": literal,
             "limit": self.candidates,
             "max_distance": max_distance,
         }
         if embedder.dimensions == constants.INDEXED_EMBEDDING_DIMENSIONS:
-            sql = _VECTOR_INDEXED
-        else:
-            sql = _VECTOR_OTHER.format(dimensions=int(embedder.dimensions))
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
+            return _VECTOR_INDEXED, params
+        return _VECTOR_OTHER.format(dimensions=int(embedder.dimensions)), params
+
+    def _vector(self, cursor: Any, leg: _Leg) -> list[int]:
+        cursor.execute(*self._vector_statement(leg))
+        return self._vector_ranking(cursor.fetchall())
+
+    def _vector_ranking(self, rows: list[tuple[Any, ...]]) -> list[int]:
         self.documents.update((chunk_id, document_id) for chunk_id, _, document_id in rows)
         return [row[0] for row in rows]
 
@@ -265,6 +354,8 @@ class HybridSearch:
 
     def _select(
         self,
+        tx: SearchTransaction,
+        cursor: Any,
         scores: dict[int, float],
         max_hits: int,
         min_score: float,
@@ -290,12 +381,13 @@ class HybridSearch:
             allowed.append((chunk_id, score))
         kb_ids = [kb.pk for kb in self.kbs]
         hits: list[Hit] = []
-        # Fetch and validate in small batches until enough hits survive (nearly always one).
+        # Fetch and validate in small batches until enough hits survive (nearly always one);
+        # the transaction ends with the last batch there can be.
         for offset in range(0, len(allowed), max_hits):
             batch = allowed[offset : offset + max_hits]
-            with connection.cursor() as cursor:
-                cursor.execute(_FETCH, {"ids": [chunk_id for chunk_id, _ in batch], "kbs": kb_ids})
-                rows = {row[0]: row for row in cursor.fetchall()}
+            fetch = (_FETCH, {"ids": [chunk_id for chunk_id, _ in batch], "kbs": kb_ids})
+            last = offset + max_hits >= len(allowed)
+            rows = {row[0]: row for row in tx.run(cursor, [fetch], last=last)[0] or ()}
             hits.extend(
                 Hit(*rows[chunk_id], score=round(score, 4))
                 for chunk_id, score in batch

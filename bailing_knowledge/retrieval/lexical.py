@@ -131,10 +131,20 @@ class Statistics:
     df: dict[str, int]
     top: dict[str, int]
 
+    @staticmethod
+    def statement(kb_ids: Sequence[int], terms: Sequence[str]) -> tuple[str, dict[str, Any]]:
+        """The statement whose rows `from_rows` reads."""
+        return _STATISTICS, {"kbs": list(kb_ids), "terms": [TOTALS, *terms]}
+
     @classmethod
     def load(cls, cursor: Any, kb_ids: Sequence[int], terms: Sequence[str]) -> Statistics:
-        cursor.execute(_STATISTICS, {"kbs": list(kb_ids), "terms": [TOTALS, *terms]})
-        rows = {term: (int(n), int(total), int(top)) for term, n, total, top in cursor.fetchall()}
+        cursor.execute(*cls.statement(kb_ids, terms))
+        return cls.from_rows(cursor.fetchall())
+
+    @classmethod
+    def from_rows(cls, answer: Iterable[tuple[Any, ...]]) -> Statistics:
+        """From the rows of `statement`, which a search may send along with others."""
+        rows = {term: (int(n), int(total), int(top)) for term, n, total, top in answer}
         chunks, total, _ = rows.pop(TOTALS, (0, 0, 0))
         return cls(
             chunks=chunks,
@@ -237,10 +247,22 @@ class LexicalLeg:
         #: The document of each chunk scored.
         self.documents: dict[int, int] = {}
 
-    def _prepare(self, cursor: Any) -> tuple[Statistics, dict[str, float]] | None:
+    def statistics_statement(self) -> tuple[str, dict[str, Any]] | None:
+        """The statement of the term statistics `ranking` needs first (None: none needed,
+        the query has no terms), for a caller that sends it along with others."""
         if not self.terms or not self.kb_ids:
             return None
-        stats = Statistics.load(cursor, self.kb_ids, self.terms)
+        return Statistics.statement(self.kb_ids, self.terms)
+
+    def _prepare(
+        self, cursor: Any, statistics: Iterable[tuple[Any, ...]] | None = None
+    ) -> tuple[Statistics, dict[str, float]] | None:
+        if not self.terms or not self.kb_ids:
+            return None
+        if statistics is None:
+            stats = Statistics.load(cursor, self.kb_ids, self.terms)
+        else:
+            stats = Statistics.from_rows(statistics)
         if not stats.chunks or not stats.df:
             return None
         n = stats.chunks
@@ -254,17 +276,24 @@ class LexicalLeg:
     def _scorer(self, stats: Statistics, idf: dict[str, float]) -> Scorer:
         return Scorer(self.bm25, stats.average_length or 1.0, idf)
 
-    def ranking(self, limit: int, cursor: Any = None) -> list[tuple[int, float]]:
-        """The best `limit` visible chunks, (id, score), best first: exact BM25 top-k."""
+    def ranking(
+        self,
+        limit: int,
+        cursor: Any = None,
+        statistics: Iterable[tuple[Any, ...]] | None = None,
+    ) -> list[tuple[int, float]]:
+        """The best `limit` visible chunks, (id, score), best first: exact BM25 top-k.
+
+        `statistics`: the rows of `statistics_statement`, if the caller has run it."""
         if cursor is None:
             with transaction.atomic(), connection.cursor() as own:
                 configure_search(own)
-                return self.ranking(limit, own)
+                return self.ranking(limit, own, statistics)
         self.rounds = self.chunks_read = 0
         self.truncated = self.combined = False
         self._visible: set[int] = set()
         self._hidden: set[int] = set()
-        prepared = self._prepare(cursor)
+        prepared = self._prepare(cursor, statistics)
         if prepared is None or limit <= 0:
             return []
         stats, idf = prepared

@@ -1,5 +1,6 @@
-"""The transaction a search runs in: one snapshot, and settings set once at its start; and
-statements whose rows are used as they arrive."""
+"""The transaction a search runs in: one snapshot, settings set once at its start, and
+statements sent several to a round trip where the driver allows; and statements whose rows
+are used as they arrive."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import connection, transaction
-from psycopg import IsolationLevel, capabilities
+from django.db import DatabaseError, connection, transaction
+from psycopg import ClientCursor, IsolationLevel, capabilities
 from psycopg.pq import TransactionStatus
 
 from ..conf import knowledge_settings
 
 _CONFIGURE = (
-    "SELECT set_config('statement_timeout', %s, true), "
+    "/* bk:configure */ SELECT set_config('statement_timeout', %s, true), "
     "set_config('hnsw.ef_search', %s, true), "
     "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
     # The legs' cost estimates cross the JIT threshold, and compiling them costs more than
@@ -32,33 +33,167 @@ _CONFIGURE = (
 )
 
 
-def configure_search(cursor: Any) -> None:
-    """Bound the transaction's statements and steer its plans (settings local to it)."""
+def configure_statement() -> tuple[str, list[str]]:
+    """The statement that bounds the transaction's statements and steers its plans
+    (settings local to it)."""
     timeout = int(knowledge_settings.SEARCH_STATEMENT_TIMEOUT_MS)
-    cursor.execute(_CONFIGURE, [f"{timeout}ms", str(int(knowledge_settings.SEARCH_EF_SEARCH))])
+    return _CONFIGURE, [f"{timeout}ms", str(int(knowledge_settings.SEARCH_EF_SEARCH))]
+
+
+def configure_search(cursor: Any) -> None:
+    """Run `configure_statement`."""
+    cursor.execute(*configure_statement())
+
+
+#: A statement and its parameters, as a cursor's `execute` takes them.
+Statement = tuple[str, Any]
+
+#: How a search begins its own transaction: the isolation level rides on the BEGIN itself.
+BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
+#: Between the statements of one query string, on a line of its own: a statement that ends
+#: in a `--` comment cannot swallow it.
+SEPARATOR = "\n;\n"
+
+
+class SearchTransaction:
+    """The transaction a search runs in, and how its statements reach the server.
+
+    Django binds parameters on the client by default, so one query string can carry several
+    statements, and the server answers them in one round trip. A search sends its opening
+    statements (settings, term statistics, the vector leg) as one such string, and its
+    fetch as another. In a transaction of its own it also writes the `BEGIN` at the head of
+    the first and the `COMMIT` at the end of the last, instead of a round trip for each:
+    Django's `atomic` cannot, since the driver sends the BEGIN it implies on its own. Where
+    parameters are bound on the server (`server_side_binding`), each statement goes alone.
+    """
+
+    def __init__(self, *, batches: bool, own: bool) -> None:
+        #: Statements may share a query string (client-side binding).
+        self.batches = batches
+        #: This object writes BEGIN and COMMIT (else Django's `atomic` does).
+        self.own = own
+        #: After `run` raised: how many of its statements had answered, where that is known
+        #: (statements sent one by one); None when they shared a query string.
+        self.answered: int | None = None
+        self._begun = False
+        self._ended = False
+        self._rollback = False
+
+    def run(
+        self, cursor: Any, statements: Sequence[Statement], *, last: bool = False
+    ) -> list[list[tuple[Any, ...]] | None]:
+        """Run `statements` in order: the rows of each (None for those that return none).
+
+        `last`: nothing follows in this transaction, so its COMMIT may go with them. An error
+        in one statement raises it, and the statements after it do not run.
+        """
+        if self._ended:
+            raise RuntimeError("the search transaction has ended")
+        results: list[list[tuple[Any, ...]] | None] = []
+        if not self.batches:
+            self.answered = 0
+            for sql, params in statements:
+                cursor.execute(sql, params)
+                results.append(cursor.fetchall() if cursor.description is not None else None)
+                self.answered += 1
+            return results
+        self.answered = None
+        with connection.wrap_database_errors:
+            parts = [cursor.mogrify(sql, params) for sql, params in statements]
+        lead = 0
+        if self.own and not self._begun:
+            parts.insert(0, BEGIN)
+            lead = 1
+        closing = self.own and last
+        if closing:
+            parts.append("COMMIT")
+        self._begun = True
+        cursor.execute(SEPARATOR.join(parts))
+        for index in range(len(parts)):
+            if index and not cursor.nextset():
+                break
+            if lead <= index < lead + len(statements):
+                results.append(cursor.fetchall() if cursor.description is not None else None)
+        self._ended = closing
+        return results
+
+    def rollback(self) -> None:
+        """End the transaction with a rollback (after a statement aborted it)."""
+        if self.own:
+            self._rollback = True
+        else:
+            transaction.set_rollback(True)
+
+    def _end(self, failed: bool) -> None:
+        """COMMIT what is still open, or ROLLBACK after an error or `rollback`.
+
+        A connection that cannot end the transaction is closed: handed on, it would run the
+        next request's statements inside this one (or in its aborted state)."""
+        raw = connection.connection
+        if raw is None or raw.closed:
+            return
+        status = raw.info.transaction_status
+        if status == TransactionStatus.IDLE:
+            return
+        ending = "ROLLBACK" if failed or self._rollback else "COMMIT"
+        try:
+            if status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                raise DatabaseError(f"the connection is in no state to {ending}")
+            with connection.cursor() as cursor:
+                cursor.execute(ending)
+        except BaseException:
+            connection.close()
+            if not failed:
+                raise
+
+
+def batches_supported() -> bool:
+    """Whether Django binds parameters on the client here (its default)."""
+    factory = getattr(connection.connection, "cursor_factory", None)
+    return isinstance(factory, type) and issubclass(factory, ClientCursor)
 
 
 @contextmanager
-def search_transaction() -> Iterator[None]:
+def search_transaction() -> Iterator[SearchTransaction]:
     """A transaction whose statements all see one snapshot (REPEATABLE READ).
 
     The legs find chunks and the fetch validates them against their documents; under READ
     COMMITTED a re-ingestion committed between those statements turns found knowledge into
-    stale hits. The isolation level rides on the transaction's own BEGIN (psycopg writes it
-    there), so it costs no round trip. Inside a caller's transaction the caller's isolation
-    applies: a snapshot cannot be chosen after the first statement.
+    stale hits. The isolation level rides on the transaction's own BEGIN: written by the
+    search into its first query string (`SearchTransaction`), or set for psycopg to write.
+
+    Inside a transaction of the caller's (or where `AUTOCOMMIT` is off, in the one the
+    driver opens) that transaction's snapshot and isolation apply, since neither can be
+    chosen after its first statement. The search runs in a savepoint, rolled back at the
+    end: it only reads, and the rollback also undoes its settings (`set_config(..., true)`
+    lasts until the end of the transaction, not of the savepoint).
     """
-    if connection.in_atomic_block:
-        with transaction.atomic():
-            yield
-        return
     connection.ensure_connection()
     raw = connection.connection
+    batches = batches_supported()
+    if (
+        connection.in_atomic_block
+        or not raw.autocommit
+        or raw.info.transaction_status != TransactionStatus.IDLE
+    ):
+        with transaction.atomic():
+            yield SearchTransaction(batches=batches, own=False)
+            transaction.set_rollback(True)
+        return
+    if batches:
+        own = SearchTransaction(batches=True, own=True)
+        try:
+            yield own
+        except BaseException:
+            own._end(failed=True)
+            raise
+        own._end(failed=False)
+        return
     previous = raw.isolation_level
     raw.isolation_level = IsolationLevel.REPEATABLE_READ
     try:
         with transaction.atomic():
-            yield
+            yield SearchTransaction(batches=batches, own=False)
     finally:
         # The connection may have been closed or left mid-transaction by an error; only an
         # idle one takes a new isolation level.

@@ -222,10 +222,10 @@ def _timed_out_search(kb, settings) -> hybrid.SearchResult:
     settings.BAILING_KNOWLEDGE = {"SEARCH_STATEMENT_TIMEOUT_MS": 500}
     original = hybrid.HybridSearch._lexical
 
-    def slow_lexical(self, kbs, language):
+    def slow_lexical(self, *args):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_sleep(1.5)")
-        return original(self, kbs, language)
+        return original(self, *args)
 
     search = HybridSearch("refund", [kb], Visibility())
     search._lexical = slow_lexical.__get__(search)
