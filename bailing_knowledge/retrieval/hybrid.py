@@ -290,8 +290,8 @@ class HybridSearch:
     ) -> list[int]:
         """The legs a failed opening batch fails: the one whose statement failed, where the
         statements went one by one; else the vector leg, the one that runs long (the term
-        statistics are index lookups), or the lexical legs when it is not there. None when
-        the settings statement itself failed."""
+        statistics are index lookups), or the lexical legs when it is not there. None
+        (an empty list) when the settings statement itself failed."""
         if tx.answered is not None:
             return [index for index, place in answer_of.items() if place == tx.answered]
         if first_vector is not None:
