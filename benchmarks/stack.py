@@ -108,8 +108,8 @@ def split_batch(sql: str) -> list[str]:
     statements, its fetch with the COMMIT), each after its `/* bk:` marker."""
     from bailing_knowledge.retrieval.session import SEPARATOR
 
-    batched = re.escape(SEPARATOR) + r"(?=/\* bk:|COMMIT\Z)"
-    return [part for part in re.split(batched, sql) if not part.startswith(("BEGIN", "COMMIT"))]
+    separator = re.escape(SEPARATOR) + r"(?=/\* bk:|COMMIT\Z)"
+    return [part for part in re.split(separator, sql) if not part.startswith(("BEGIN", "COMMIT"))]
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,11 @@ class CapturedSearch:
     query: str
     statements: tuple[tuple[str, Any], ...]
     sent: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def batched(self) -> bool:
+        """The search wrote its own BEGIN (and COMMIT) into query strings it batched."""
+        return bool(self.sent) and self.sent[0][0].startswith("BEGIN")
 
     def of(self, *steps: str) -> list[tuple[str, Any]]:
         """The statements of these steps, in the order the search sent them."""
@@ -181,27 +186,13 @@ class RawSQL:
     def timed(self, search: CapturedSearch) -> float:
         """Seconds of the search's SQL sent as the search sent it: the same query strings,
         so the same round trips."""
-        own = search.sent[0][0].startswith("BEGIN")
-        if not own:
+        if not search.batched:
             # Statements sent one by one, in a transaction the driver began.
             start = time.perf_counter()
             self.replay(search)
             return time.perf_counter() - start
         # The search wrote its BEGIN and COMMIT into its query strings.
-        self.conn.autocommit = True
-        try:
-            start = time.perf_counter()
-            with self.conn.cursor() as cursor:
-                for sql, params in search.sent:
-                    cursor.execute(sql, params)
-                    while True:
-                        if cursor.description is not None:
-                            cursor.fetchall()
-                        if not cursor.nextset():
-                            break
-            return time.perf_counter() - start
-        finally:
-            self.conn.autocommit = False
+        return self._timed_sent(search.sent)
 
     def timed_together(self, search: CapturedSearch, steps: Sequence[str]) -> float:
         """Seconds of the statements of `steps` sent as the search sends its opening ones:
@@ -209,21 +200,27 @@ class RawSQL:
         its statements one by one (`server_side_binding`) has them replayed one by one."""
         from bailing_knowledge.retrieval import session
 
-        if not search.sent[0][0].startswith("BEGIN"):
+        if not search.batched:
             return self.timed_steps(search, steps)
+        with self.conn.cursor() as cursor:
+            parts = [cursor.mogrify(sql, params) for sql, params in search.of(*steps)]
+        text = session.SEPARATOR.join([session.BEGIN, *parts])
+        return self._timed_sent([(text, None), ("COMMIT", None)])
+
+    def _timed_sent(self, sent: Sequence[tuple[str, Any]]) -> float:
+        """Seconds of query strings that hold their own BEGIN and COMMIT, in autocommit,
+        every answer of each read."""
         self.conn.autocommit = True
         try:
             with self.conn.cursor() as cursor:
-                parts = [cursor.mogrify(sql, params) for sql, params in search.of(*steps)]
-                text = session.SEPARATOR.join([session.BEGIN, *parts])
                 start = time.perf_counter()
-                cursor.execute(text)
-                while True:
-                    if cursor.description is not None:
-                        cursor.fetchall()
-                    if not cursor.nextset():
-                        break
-                cursor.execute("COMMIT")
+                for sql, params in sent:
+                    cursor.execute(sql, params)
+                    while True:
+                        if cursor.description is not None:
+                            cursor.fetchall()
+                        if not cursor.nextset():
+                            break
                 return time.perf_counter() - start
         finally:
             self.conn.autocommit = False

@@ -94,7 +94,7 @@ class SearchTransaction:
             self.answered = 0
             for sql, params in statements:
                 cursor.execute(sql, params)
-                results.append(cursor.fetchall() if cursor.description is not None else None)
+                results.append(_rows(cursor))
                 self.answered += 1
             return results
         self.answered = None
@@ -113,7 +113,7 @@ class SearchTransaction:
             if index and not cursor.nextset():
                 break
             if lead <= index < lead + len(statements):
-                results.append(cursor.fetchall() if cursor.description is not None else None)
+                results.append(_rows(cursor))
         self._ended = closing
         return results
 
@@ -145,6 +145,11 @@ class SearchTransaction:
             connection.close()
             if not failed:
                 raise
+
+
+def _rows(cursor: Any) -> list[tuple[Any, ...]] | None:
+    """The rows of the cursor's current result, None for a statement that returns none."""
+    return cursor.fetchall() if cursor.description is not None else None
 
 
 def batches_supported() -> bool:
