@@ -186,6 +186,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "SEARCH_BM25_K1": _any,
     "SEARCH_BM25_B": _any,
     "SEARCH_LEXICAL_READ_BUDGET": _integer(1),
+    "SEARCH_LEXICAL_PRUNING": _number(1.0, 10.0),
     "SEARCH_STATEMENT_TIMEOUT_MS": _integer(0),
     "MAX_BODY_BYTES": _integer(1),
     "MAX_JSON_DEPTH": _integer(1),

@@ -125,6 +125,8 @@ def test_the_removed_task_runner_setting_says_what_to_do():
         ({"SEARCH_CANDIDATES": 0}, "from 1 to 1000"),
         ({"SEARCH_LEXICAL_READ_BUDGET": 0}, "integer ≥ 1"),
         ({"SEARCH_LEXICAL_READ_BUDGET": "2000"}, "integer ≥ 1"),
+        ({"SEARCH_LEXICAL_PRUNING": 0.9}, "from 1.0 to 10.0"),
+        ({"SEARCH_LEXICAL_PRUNING": "1.5"}, "from 1.0 to 10.0"),
         ({"CHUNK_TARGET_CHARS": 10}, "integer ≥ 50"),
         ({"CHUNK_TARGET_CHARS": 200, "CHUNK_OVERLAP_CHARS": 100}, "half"),
         ({"URL_PREFIX": "agent-api"}, "starts and ends with '/'"),

@@ -17,9 +17,11 @@ lexemes, the level a logarithmic bucket of the term's weight in that chunk.
 round (the threshold algorithm): each chunk found is scored exactly from its own lexemes
 (their positions give `tf`) and its length; the chunks not found yet can score at most the
 sum, over the terms, of the bound of the highest level not read yet. Reading stops when the
-`EXACT_RANKS`-th best score (or the `limit`-th, if fewer) exceeds that bound, so those first
-ranks are exactly an exhaustive BM25's; the cost follows how deep the answer lies, not how
-many chunks contain a term. Before a chunk counts among the best, its document is checked
+`EXACT_RANKS`-th best score (or the `limit`-th, if fewer) times `SEARCH_LEXICAL_PRUNING`
+exceeds that bound: at 1.0 those first ranks are exactly an exhaustive BM25's; above it, no
+chunk left out scores more than that factor times the last of them (the bound is loose, so
+nearly all top 10s stay exact). The cost follows how deep the answer lies, not how many
+chunks contain a term. Before a chunk counts among the best, its document is checked
 (ready, at the chunk's revision, audience and roles), so a hidden chunk never takes a rank
 or decides when reading stops: by the statement that reads it when the round reads few
 chunks (`CHECKED_ROWS`: the first round, or one the budget cuts short) and in the closing
@@ -90,10 +92,9 @@ GROWTH = 10
 #: rounds to 500 in two.
 ROUND_LEXEMES = 400
 FEW = 300
-#: Reading stops once the `EXACT_RANKS`-th score times this exceeds what an unseen chunk
-#: could still score; 1.0 is exact. A search uses the first ranks (3 hints at most; fusion
-#: weighs rank 1 five times rank 40): those are proven, the rest are the best found.
-PRUNING = 1.0
+#: The ranks reading stops for (`SEARCH_LEXICAL_PRUNING` loosens the stop): a search uses
+#: the first ranks (3 hints at most; fusion weighs rank 1 five times rank 40), the rest are
+#: the best found.
 EXACT_RANKS = 10
 #: Postings (summed over the terms of the combinations) past which the closing round is not
 #: tried: the GIN index intersects whole posting lists, so its cost follows their length.
@@ -282,7 +283,8 @@ class LexicalLeg:
         cursor: Any = None,
         statistics: Iterable[tuple[Any, ...]] | None = None,
     ) -> list[tuple[int, float]]:
-        """The best `limit` visible chunks, (id, score), best first: exact BM25 top-k.
+        """The best `limit` visible chunks, (id, score), best first: BM25 top-k, the first
+        ranks exact or within `SEARCH_LEXICAL_PRUNING` of it.
 
         `statistics`: the rows of `statistics_statement`, if the caller has run it."""
         if cursor is None:
@@ -303,9 +305,11 @@ class LexicalLeg:
         frontier = {term: stats.top[term] for term in terms}
         scores: dict[int, float] = {}
         leaders = Leaders(limit)
-        # Exact ranks: reading stops once the first `proven` can no longer change; the ranks
-        # after them are the best found by then, nearly always the same.
+        # Reading stops once no unread chunk can score more than `pruning` times the
+        # `proven`-th score (1.0: those ranks are exact); what is read next is chosen as for
+        # the exact proof. The ranks after them are the best found by then.
         proven = min(limit, EXACT_RANKS)
+        pruning = float(knowledge_settings.SEARCH_LEXICAL_PRUNING)
         params = {**self.visibility.params(self.kb_ids), "terms": terms}
         # Chunks this search may still read; past them, the best found (not proven exact).
         budget = int(knowledge_settings.SEARCH_LEXICAL_READ_BUDGET)
@@ -353,8 +357,8 @@ class LexicalLeg:
             for _, term, value in wanted[:done]:
                 frontier[term] = min(frontier[term], value - 1)  # -1 read whole: -2
             remaining = sum(scorer.bound(t, frontier[t]) for t in terms)
-            kth = leaders.score(proven)
-            if remaining == 0 or (kth > 0 and kth * PRUNING > remaining * (1 + SLACK)):
+            kth = leaders.score(proven)  # 0 while fewer chunks are known
+            if remaining == 0 or (kth > 0 and kth * pruning > remaining * (1 + SLACK)):
                 break
             if budget <= 0 or self.rounds >= MAX_ROUNDS:
                 # Out of budget: the best found so far (an approximation, rarely different).

@@ -48,6 +48,13 @@ def _random_query(rng: random.Random) -> str:
     return " ".join(rng.choices(VOCABULARY, WEIGHTS, k=rng.randint(1, 6)))
 
 
+@pytest.fixture(autouse=True)
+def exact_proof(settings):
+    """The tests here check the exact proof (`SEARCH_LEXICAL_PRUNING` 1.0, which a test that
+    sets `BAILING_KNOWLEDGE` itself must keep); stopping early is tested on its own."""
+    settings.BAILING_KNOWLEDGE = {"SEARCH_LEXICAL_PRUNING": 1.0}
+
+
 def test_scores_are_lucene_bm25_over_the_chunk_and_its_title(kb, settings):
     settings.BAILING_KNOWLEDGE = {"SEARCH_BM25_K1": 1.2, "SEARCH_BM25_B": 0.75}
     texts = {"a.md": "alpha alpha beta", "b.md": "beta gamma", "c.md": "gamma gamma gamma delta"}
@@ -138,13 +145,50 @@ def test_a_common_term_is_not_read_whole(kb, monkeypatch):
     assert leg.chunks_read <= lexical.FIRST_ROUND < 500, leg.chunks_read
 
 
+@pytest.mark.parametrize("pruning", [1.5, 3.0])
+def test_pruning_stops_early_and_misses_nothing_beyond_its_factor(
+    kb, settings, monkeypatch, pruning
+):
+    """Stopping once no unread chunk can score more than `pruning` times the 10th score: what
+    is found is scored exactly, no chunk left out of the first 10 scores more than that, and
+    no search reads more than the exact proof."""
+    monkeypatch.setattr(lexical, "FEW", 5)  # levels read one by one at this corpus' scale
+    monkeypatch.setattr(lexical, "FIRST_ROUND", 20)
+    monkeypatch.setattr(lexical, "CHECKED_ROWS", 20)
+    _random_corpus(kb, 150, seed=9)
+    rng = random.Random(11)
+    earlier = 0
+    for _ in range(40):
+        query = _random_query(rng)
+        settings.BAILING_KNOWLEDGE = {"SEARCH_LEXICAL_PRUNING": 1.0}
+        proof = LexicalLeg(query, [kb], Visibility(), kb.language)
+        proof.ranking(10)
+        settings.BAILING_KNOWLEDGE = {"SEARCH_LEXICAL_PRUNING": pruning}
+        leg = LexicalLeg(query, [kb], Visibility(), kb.language)
+        found = leg.ranking(10)
+        expected = LexicalLeg(query, [kb], Visibility(), kb.language).exhaustive(10**6)
+        exact = dict(expected)
+        for chunk_id, score in found:
+            assert score == pytest.approx(exact[chunk_id])
+        assert not leg.truncated
+        if len(found) < 10:  # no 10th score to stop on: everything was read
+            assert [c for c, _ in found] == [c for c, _ in expected[:10]], query
+        else:
+            limit = found[-1][1] * pruning * (1 + 1e-9)
+            kept = {chunk_id for chunk_id, _ in found}
+            assert all(score <= limit for c, score in expected if c not in kept), query
+        assert leg.chunks_read <= proof.chunks_read, query
+        earlier += leg.chunks_read < proof.chunks_read
+    assert earlier >= 5, earlier
+
+
 def test_the_read_budget_bounds_the_work_and_keeps_the_best_found(kb, settings):
     _random_corpus(kb, 80, seed=4)
     query = " ".join(VOCABULARY[:6])
     unbounded = LexicalLeg(query, [kb], Visibility(), kb.language)
     unbounded.ranking(10)
     assert unbounded.chunks_read > 15 and not unbounded.truncated
-    settings.BAILING_KNOWLEDGE = {"SEARCH_LEXICAL_READ_BUDGET": 15}
+    settings.BAILING_KNOWLEDGE = {"SEARCH_LEXICAL_PRUNING": 1.0, "SEARCH_LEXICAL_READ_BUDGET": 15}
     leg = LexicalLeg(query, [kb], Visibility(), kb.language)
     found = leg.ranking(10)
     assert leg.truncated
