@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 from psycopg import ClientCursor, IsolationLevel, capabilities
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 
 from ..conf import knowledge_settings
 
@@ -98,8 +98,12 @@ class SearchTransaction:
                 self.answered += 1
             return results
         self.answered = None
+        # The driver's own cursor, under one error translation, rather than an attribute
+        # lookup through Django's wrapper per call; the statement itself runs through the
+        # wrapper, so that the connection's execute wrappers (the deadline) see it.
+        raw = getattr(cursor, "cursor", cursor)
         with connection.wrap_database_errors:
-            parts = [cursor.mogrify(sql, params) for sql, params in statements]
+            parts = [raw.mogrify(sql, params) for sql, params in statements]
         lead = 0
         if self.own and not self._begun:
             parts.insert(0, BEGIN)
@@ -109,11 +113,12 @@ class SearchTransaction:
             parts.append("COMMIT")
         self._begun = True
         cursor.execute(SEPARATOR.join(parts))
-        for index in range(len(parts)):
-            if index and not cursor.nextset():
-                break
-            if lead <= index < lead + len(statements):
-                results.append(_rows(cursor))
+        with connection.wrap_database_errors:
+            for index in range(len(parts)):
+                if index and not raw.nextset():
+                    break
+                if lead <= index < lead + len(statements):
+                    results.append(_rows(raw))
         self._ended = closing
         return results
 
@@ -148,8 +153,14 @@ class SearchTransaction:
 
 
 def _rows(cursor: Any) -> list[tuple[Any, ...]] | None:
-    """The rows of the cursor's current result, None for a statement that returns none."""
-    return cursor.fetchall() if cursor.description is not None else None
+    """The rows of the cursor's current result, None for a statement that returns none.
+
+    Asked of the result's status: psycopg builds `description` anew on every access."""
+    raw = getattr(cursor, "cursor", cursor)
+    result = raw.pgresult
+    if result is None or result.status != ExecStatus.TUPLES_OK:
+        return None
+    return cursor.fetchall()
 
 
 def batches_supported() -> bool:

@@ -271,10 +271,18 @@ def test_a_batch_answers_each_of_its_statements_in_order():
         ("SELECT %(n)s::int AS n, %(text)s::text", {"n": 1, "text": "it's; a\n%s"}),
         ("SELECT set_config('application_name', %s, true)", ["batch"]),
         ("SELECT g FROM generate_series(1, %s) AS g WHERE false", [3]),
+        ("SET LOCAL work_mem = '8MB'", None),  # answers no rows at all
+        ("SELECT current_setting('work_mem')", None),
     ]
     tx = session.SearchTransaction(batches=True, own=False)
     with transaction.atomic(), connection.cursor() as cursor:
-        assert tx.run(cursor, statements) == [[(1, "it's; a\n%s")], [("batch",)], []]
+        assert tx.run(cursor, statements) == [
+            [(1, "it's; a\n%s")],
+            [("batch",)],
+            [],
+            None,
+            [("8MB",)],
+        ]
 
 
 @pytest.mark.django_db(transaction=True)
