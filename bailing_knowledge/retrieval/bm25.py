@@ -58,6 +58,10 @@ class Scorer:
         """What a chunk can score for `term` at level `value` (0 below level 0)."""
         return self._bounds[term][value] if value >= 0 else 0.0
 
+    def bounds(self, term: str) -> list[float]:
+        """`bound` of every level of `term`, by level: never larger at a lower level."""
+        return self._bounds[term]
+
     def score(self, vector: str, length: int) -> float:
         """BM25 of a chunk from the text of its filtered terms (`'term':1A,2A ...`).
 

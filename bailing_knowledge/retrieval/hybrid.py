@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import psycopg.errors
@@ -144,6 +145,13 @@ class _Leg:
     kb_ids: list[int] = field(default_factory=list)
     embedder: str = ""
     lexical: LexicalLeg | None = None
+
+
+@lru_cache(maxsize=8)
+def _vector_format(dimensions: int) -> str:
+    """The `%` format of a vector literal (`[0.1234567,...]`, seven significant digits): one
+    formatting call per query rather than one per component."""
+    return "[" + ",".join(["%.7g"] * dimensions) + "]"
 
 
 def _is_timeout(exc: DatabaseError) -> bool:
@@ -325,7 +333,7 @@ class HybridSearch:
         fail: `EmbedderError`)."""
         embedder = get_embedder(leg.embedder)
         vector = embedder.embed_query(self.query)
-        literal = "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+        literal = _vector_format(len(vector)) % tuple(vector)
         # Cosine distance is 1 - similarity: neighbours below the similarity floor are noise.
         max_distance = 1.0 - float(knowledge_settings.SEARCH_MIN_SIMILARITY)
         params = {

@@ -316,19 +316,7 @@ class LexicalLeg:
         size = FIRST_ROUND
         floor = 0.0  # levels bounded below this cannot change the proven ranks
         while True:
-            # Every unread level that may still matter, heaviest bound first; a round reads
-            # them in that order until its size is reached.
-            # A term found in few chunks is one lookup for all its levels (value -1).
-            wanted = sorted(
-                (
-                    (bound, term, -1 if stats.df[term] <= FEW else value)
-                    for term in terms
-                    for value in range(frontier[term], -1, -1)
-                    if (bound := scorer.bound(term, value)) >= floor
-                    and (stats.df[term] > FEW or value == frontier[term])
-                ),
-                key=_heaviest,
-            )[:ROUND_LEXEMES]
+            wanted = _levels_wanted(scorer, stats, frontier, floor)
             if not wanted:
                 break
             self.rounds += 1
@@ -502,6 +490,30 @@ class LexicalLeg:
         )
         scores = {row[0]: scorer.score(row[2], row[1]) for row in cursor.fetchall()}
         return top(scores.items(), limit)
+
+
+def _levels_wanted(
+    scorer: Scorer, stats: Statistics, frontier: dict[str, int], floor: float
+) -> list[tuple[float, str, int]]:
+    """Every unread level whose bound reaches `floor`, heaviest bound first (ties in the
+    order of the terms, then of the levels): a round reads them in that order until its size
+    is reached. A term found in few chunks is one lookup for all its levels (value -1)."""
+    levels: list[tuple[float, str, int]] = []
+    for term, highest in frontier.items():
+        if highest < 0:
+            continue
+        bounds = scorer.bounds(term)
+        if stats.df[term] <= FEW:
+            if bounds[highest] >= floor:
+                levels.append((bounds[highest], term, -1))
+            continue
+        for value in range(highest, -1, -1):
+            bound = bounds[value]
+            if bound < floor:
+                break  # a term's bounds fall with its level (`Scorer.bounds`)
+            levels.append((bound, term, value))
+    levels.sort(key=_heaviest)
+    return levels[:ROUND_LEXEMES]
 
 
 def _heaviest(item: tuple[float, str, int]) -> float:

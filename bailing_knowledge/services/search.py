@@ -38,6 +38,7 @@ def sign_hits(
 ) -> list[dict[str, Any]]:
     """Hint dicts with signed refs for hits; `summary` is the whole hit text (budgets cut it)."""
     issued_at = int(time.time() if now is None else now)
+    expires_at = _rfc3339(issued_at + constants.REFERENCE_TTL_SECONDS)
     identity = Identity.for_session(session, route.route_key)
     scope_revision = route.knowledge_scope_revision
     hints = []
@@ -59,7 +60,7 @@ def sign_hits(
                 "summary": hit.text,
                 "revision": hit.revision,
                 "score": hit.score,
-                "expires_at": _rfc3339(issued_at + constants.REFERENCE_TTL_SECONDS),
+                "expires_at": expires_at,
             }
         )
     return hints

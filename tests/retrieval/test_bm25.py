@@ -38,3 +38,17 @@ def test_the_combinations_cover_every_set_of_terms_that_could_rank(bounds, kth):
     for group in found:
         assert math.fsum(bounds[t] for t in group) >= kth * (1 - 1e-12)
         assert all(math.fsum(bounds[t] for t in group - {t}) < kth * (1 + 1e-12) for t in group)
+
+
+@given(
+    k1=st.floats(0.0, 3.0, allow_nan=False),
+    b=st.floats(0.0, 1.0, allow_nan=False),
+    average_length=st.floats(1.0, 5000.0, allow_nan=False),
+    idf=st.floats(0.01, 12.0, allow_nan=False),
+)
+def test_a_terms_bound_never_grows_as_its_level_falls(k1, b, average_length, idf):
+    """What lets a round's planning stop at a term's first level under the floor."""
+    scorer = bm25.Scorer(bm25.Bm25(k1, b), average_length, {"t": idf})
+    bounds = scorer.bounds("t")
+    assert all(lower <= higher for lower, higher in itertools.pairwise(bounds))
+    assert bounds == [scorer.bound("t", value) for value in range(len(bounds))]

@@ -17,6 +17,7 @@ from bailing_knowledge import services
 from bailing_knowledge.ingestion.documents import DocumentInput, upsert_document, upsert_documents
 from bailing_knowledge.models import Chunk, Document
 from bailing_knowledge.retrieval import lexical
+from bailing_knowledge.retrieval.bm25 import Scorer
 from bailing_knowledge.retrieval.lexical import (
     Bm25,
     LexicalLeg,
@@ -379,3 +380,35 @@ def test_array_literals_round_trip_through_postgresql(items):
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::text[]", [lexical._text_array(items)])
         assert cursor.fetchone()[0] == items
+
+
+@given(
+    tops=st.lists(st.integers(-2, 99), min_size=1, max_size=6),
+    dfs=st.lists(st.integers(1, 3 * lexical.FEW), min_size=6, max_size=6),
+    floor=st.floats(0.0, 4.0, allow_nan=False),
+)
+def test_a_round_wants_every_level_over_the_floor_heaviest_first(tops, dfs, floor):
+    """The levels a round asks for, against their definition: every unread level whose bound
+    reaches the floor (a term of few chunks: one lookup for all of them), heaviest first,
+    ties in the order of the terms and then of the levels."""
+    terms = [f"t{index}" for index in range(len(tops))]
+    idf = {term: 0.5 + index for index, term in enumerate(terms)}
+    scorer = Scorer(Bm25(1.2, 0.75), 120.0, idf)
+    stats = lexical.Statistics(
+        chunks=10_000,
+        average_length=120.0,
+        df=dict(zip(terms, dfs, strict=False)),
+        top=dict(zip(terms, tops, strict=False)),
+    )
+    frontier = dict(zip(terms, tops, strict=True))
+    expected = sorted(
+        (
+            (scorer.bound(term, value), term, -1 if stats.df[term] <= lexical.FEW else value)
+            for term in terms
+            for value in range(frontier[term], -1, -1)
+            if scorer.bound(term, value) >= floor
+            and (stats.df[term] > lexical.FEW or value == frontier[term])
+        ),
+        key=lambda item: -item[0],
+    )[: lexical.ROUND_LEXEMES]
+    assert lexical._levels_wanted(scorer, stats, frontier, floor) == expected
