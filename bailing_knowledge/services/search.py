@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from .. import constants
@@ -25,7 +24,7 @@ class SearchOptions:
 
 
 def _rfc3339(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))
 
 
 def sign_hits(
@@ -35,12 +34,17 @@ def sign_hits(
     *,
     run: Run | None = None,
     now: float | None = None,
+    scope_revision: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Hint dicts with signed refs for hits; `summary` is the whole hit text (budgets cut it)."""
+    """Hint dicts with signed refs for hits; `summary` is the whole hit text (budgets cut it).
+
+    `scope_revision`: the route's `knowledge_scope_revision`, when the caller has it (it is
+    a hash of the route's configuration, computed anew on each access)."""
     issued_at = int(time.time() if now is None else now)
     expires_at = _rfc3339(issued_at + constants.REFERENCE_TTL_SECONDS)
     identity = Identity.for_session(session, route.route_key)
-    scope_revision = route.knowledge_scope_revision
+    if scope_revision is None:
+        scope_revision = route.knowledge_scope_revision
     hints = []
     for hit in hits:
         claims = ReferenceClaims(
@@ -101,6 +105,7 @@ def search_hints(
     run: Run | None = None,
     now: float | None = None,
     options: SearchOptions = SearchOptions(),
+    scope_revision: str | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
     """`(status, hints)` for a query: best first, one per document, at most three.
 
@@ -108,7 +113,7 @@ def search_hints(
     """
     max_hits = min(limit, constants.SEARCH_MAX_RESULTS, route.max_docs)
     status, hits = find_hits(session, route, query, max_hits=max_hits, options=options)
-    return status, sign_hits(session, route, hits, run=run, now=now)
+    return status, sign_hits(session, route, hits, run=run, now=now, scope_revision=scope_revision)
 
 
 def search(
@@ -122,8 +127,16 @@ def search(
     options: SearchOptions = SearchOptions(),
 ) -> dict[str, Any]:
     """The search response body, rendered size ≤ 4096 bytes."""
+    scope_revision = route.knowledge_scope_revision
     status, hints = search_hints(
-        session, route, query, limit=limit, run=run, now=now, options=options
+        session,
+        route,
+        query,
+        limit=limit,
+        run=run,
+        now=now,
+        options=options,
+        scope_revision=scope_revision,
     )
     envelope: dict[str, Any] = {
         "schema_version": constants.SCHEMA_SEARCH,
@@ -133,7 +146,7 @@ def search(
         envelope["run_id"] = run.run_id
     envelope.update(
         {
-            "knowledge_scope_revision": route.knowledge_scope_revision,
+            "knowledge_scope_revision": scope_revision,
             "status": status,
             "trust": constants.TRUST_REFERENCE_ONLY,
             "truncated": False,
