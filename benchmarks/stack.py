@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg.pq import ExecStatus
+from bailing_knowledge.retrieval.session import answer_rows
 
 from .common import raw_connection, use_database
 
@@ -164,15 +164,6 @@ def capture_search(session: Any, route: Any, query: str) -> CapturedSearch:
     return CapturedSearch(query, statements, sent)
 
 
-def read_answer(cursor: Any) -> None:
-    """Read the rows of the cursor's current result, if it has rows. Asked of the result's
-    status, as the search asks it: psycopg builds `description` anew on every access, driver
-    work the replay would otherwise count and the search does not do."""
-    result = cursor.pgresult
-    if result is not None and result.status == ExecStatus.TUPLES_OK:
-        cursor.fetchall()
-
-
 class RawSQL:
     """Replays captured searches on a plain psycopg connection, one transaction each."""
 
@@ -187,7 +178,7 @@ class RawSQL:
             for sql, params in search.statements:
                 start = time.perf_counter()
                 cursor.execute(sql, params)
-                read_answer(cursor)
+                answer_rows(cursor)
                 if spent is not None:
                     step = step_of(sql)
                     spent[step] = spent.get(step, 0.0) + time.perf_counter() - start
@@ -227,7 +218,7 @@ class RawSQL:
                 for sql, params in sent:
                     cursor.execute(sql, params)
                     while True:
-                        read_answer(cursor)
+                        answer_rows(cursor)
                         if not cursor.nextset():
                             break
                 return time.perf_counter() - start
@@ -245,7 +236,7 @@ class RawSQL:
             start = time.perf_counter()
             for sql, params in search.of(*steps):
                 cursor.execute(sql, params)
-                read_answer(cursor)
+                answer_rows(cursor)
             self.conn.commit()
         return time.perf_counter() - start
 

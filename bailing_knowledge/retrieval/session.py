@@ -94,7 +94,7 @@ class SearchTransaction:
             self.answered = 0
             for sql, params in statements:
                 cursor.execute(sql, params)
-                results.append(_rows(cursor))
+                results.append(answer_rows(cursor))
                 self.answered += 1
             return results
         self.answered = None
@@ -118,7 +118,7 @@ class SearchTransaction:
                 if index and not raw.nextset():
                     break
                 if lead <= index < lead + len(statements):
-                    results.append(_rows(raw))
+                    results.append(answer_rows(raw))
         self._ended = closing
         return results
 
@@ -152,10 +152,12 @@ class SearchTransaction:
                 raise
 
 
-def _rows(cursor: Any) -> list[tuple[Any, ...]] | None:
-    """The rows of the cursor's current result, None for a statement that returns none.
+def answer_rows(cursor: Any) -> list[tuple[Any, ...]] | None:
+    """The rows of the cursor's current result (a Django or a psycopg cursor), None for a
+    statement that returns none.
 
-    Asked of the result's status: psycopg builds `description` anew on every access."""
+    Asked of the result's status: psycopg builds `description` anew on every access. The
+    benchmarks read the answers of their replays the same way."""
     raw = getattr(cursor, "cursor", cursor)
     result = raw.pgresult
     if result is None or result.status != ExecStatus.TUPLES_OK:
