@@ -229,15 +229,20 @@ class HybridSearch:
         a statement timed out, which fails its leg and aborts the transaction.
 
         The opening statements travel together, in one round trip: the transaction's
-        settings, every lexical leg's term statistics and the first vector leg. An embedder
+        settings, every lexical leg's term statistics (and first round, when the process
+        can plan it: `LexicalLeg.opening`) and the first vector leg. An embedder
         failure fails its leg only. No savepoint per leg: a timeout is rare and costs a new
         transaction, where savepoints would cost two round trips per leg on every search."""
         opening = [configure_statement()]
-        answer_of: dict[int, int] = {}  # leg -> its statement's place in `opening`
+        answer_of: dict[int, int] = {}  # leg -> its first statement's place in `opening`
+        owner: dict[int, tuple[int, int]] = {}  # place -> (leg, place among the leg's own)
         for index in pending:
             lexical = legs[index].lexical
-            if lexical is not None and (statement := lexical.statistics_statement()):
-                answer_of[index] = len(opening)
+            if lexical is None:
+                continue
+            for own, statement in enumerate(lexical.opening(self.candidates)):
+                answer_of.setdefault(index, len(opening))
+                owner[len(opening)] = (index, own)
                 opening.append(statement)
         first_vector = None
         for index in [i for i in pending if legs[i].lexical is None]:
@@ -248,12 +253,19 @@ class HybridSearch:
                 continue
             first_vector = index
             answer_of[index] = len(opening)
+            owner[len(opening)] = (index, 0)
             opening.append(statement)
             break
+
+        def arrived(place: int, answer: Any) -> None:
+            # A lexical leg scores its first round while the server runs the vector leg.
+            if place in owner and (lexical := legs[owner[place][0]].lexical) is not None:
+                lexical.opened(owner[place][1], answer)
+
         try:
-            answers = tx.run(cursor, opening)
+            answers = tx.run(cursor, opening, arrived=arrived)
         except DatabaseError as exc:
-            self._timed_out(exc, self._blamed(tx, answer_of, first_vector), pending)
+            self._timed_out(exc, self._blamed(tx, owner, first_vector), pending)
             return False
         if first_vector is not None:
             self._done(
@@ -294,17 +306,16 @@ class HybridSearch:
 
     @staticmethod
     def _blamed(
-        tx: SearchTransaction, answer_of: dict[int, int], first_vector: int | None
+        tx: SearchTransaction, owner: dict[int, tuple[int, int]], first_vector: int | None
     ) -> list[int]:
-        """The legs a failed opening batch fails: the one whose statement failed, where the
-        statements went one by one; else the vector leg, the one that runs long (the term
-        statistics are index lookups), or the lexical legs when it is not there. None
-        (an empty list) when the settings statement itself failed."""
+        """The legs a failed opening batch fails: the one whose statement failed, where that
+        is known; else the vector leg, the one that runs long, or the lexical legs when it
+        is not there. None (an empty list) when the settings statement itself failed."""
         if tx.answered is not None:
-            return [index for index, place in answer_of.items() if place == tx.answered]
+            return [owner[tx.answered][0]] if tx.answered in owner else []
         if first_vector is not None:
             return [first_vector]
-        return list(answer_of)
+        return sorted({index for index, _ in owner.values()})
 
     def _embedder_failed(self, index: int, pending: list[int]) -> None:
         logger.warning("Embedder failed; searching lexically only", exc_info=True)

@@ -28,6 +28,13 @@ chunks (`CHECKED_ROWS`: the first round, or one the budget cuts short) and in th
 round, which reads few (65 at the median at 100k, 647 at most); else, in a statement of its
 own, for the chunks that would rank only (`_VISIBLE`).
 
+**First round.** When the process has read the statistics of every query term before
+(`statistics.recall`), the first round is planned from those and sent with the search's own
+statistics (`opening`), so that it costs no round trip and its rows are scored while the
+server runs the vector leg (`opened`). The plan decides only what that round reads: scores
+and bounds use the statistics read in the search's snapshot, and a term whose top level
+has risen since the plan's figures keeps all its levels unread (`_Early.trusted`).
+
 **Closing round.** That bound assumes an unread chunk holds every term at its highest unread
 level, which a query of several terms rarely meets: its top chunks hold some of the terms,
 not all. Once no single term's bound reaches the proven score, a chunk can only beat it by
@@ -44,7 +51,7 @@ import itertools
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 from typing import Any
@@ -56,13 +63,11 @@ from ..models import KnowledgeBase
 from .analysis import query_terms
 from .bm25 import SLACK, Bm25, Leaders, Scorer, level_floor, reaching_combinations, top
 from .postings import SEPARATOR, lexeme, quoted
-from .session import configure_search, stream_rows
+from .session import Answer, Statement, configure_search, stream_rows
+from .statistics import Statistics, recall, remember
 from .visibility import DOCUMENT_VISIBLE_SQL, Visibility, group_knowledge_bases
 
 logger = logging.getLogger("bailing_knowledge")
-
-# The totals of a knowledge base live in its lexicon row with the empty term.
-TOTALS = ""
 
 #: Longest query the leg analyses, in terms.
 MAX_QUERY_TERMS = 32
@@ -111,50 +116,6 @@ CHECKED_ROWS = FIRST_ROUND
 #: chunks and from 11.8 to 10.0 ms at 100k, its median from 7.3 to 6.4 ms at 1M, with the
 #: same top 10s; batches of 100 or 200 rows did as well as 50.
 STREAM_ROWS = 50
-# --------------------------------------------------------------------------------------------
-# Statistics
-
-
-_STATISTICS = """/* bk:lexicon */
-SELECT term, sum(chunks), sum(length), max(top)
-FROM bailing_knowledge_lexicon
-WHERE knowledge_base_id = ANY(%(kbs)s) AND term = ANY(%(terms)s)
-GROUP BY term
-"""
-
-
-@dataclass(frozen=True)
-class Statistics:
-    """What BM25 needs of the knowledge bases searched, for the terms of one query."""
-
-    chunks: int
-    average_length: float
-    df: dict[str, int]
-    top: dict[str, int]
-
-    @staticmethod
-    def statement(kb_ids: Sequence[int], terms: Sequence[str]) -> tuple[str, dict[str, Any]]:
-        """The statement whose rows `from_rows` reads."""
-        return _STATISTICS, {"kbs": list(kb_ids), "terms": [TOTALS, *terms]}
-
-    @classmethod
-    def load(cls, cursor: Any, kb_ids: Sequence[int], terms: Sequence[str]) -> Statistics:
-        cursor.execute(*cls.statement(kb_ids, terms))
-        return cls.from_rows(cursor.fetchall())
-
-    @classmethod
-    def from_rows(cls, answer: Iterable[tuple[Any, ...]]) -> Statistics:
-        """From the rows of `statement`, which a search may send along with others."""
-        rows = {term: (int(n), int(total), int(top)) for term, n, total, top in answer}
-        chunks, total, _ = rows.pop(TOTALS, (0, 0, 0))
-        return cls(
-            chunks=chunks,
-            average_length=total / chunks if chunks else 0.0,
-            df={term: n for term, (n, _, _) in rows.items() if n > 0},
-            top={term: top for term, (n, _, top) in rows.items() if n > 0},
-        )
-
-
 # --------------------------------------------------------------------------------------------
 # The leg
 
@@ -247,13 +208,61 @@ class LexicalLeg:
         self.combined = False
         #: The document of each chunk scored.
         self.documents: dict[int, int] = {}
+        # Set by `opening` and `opened`: the ranking's state once its statistics are in,
+        # the first round sent with them, and the limit they were sent for.
+        self._opened: _Progress | None = None
+        self._early: _Early | None = None
+        self._limit = 0
 
-    def statistics_statement(self) -> tuple[str, dict[str, Any]] | None:
-        """The statement of the term statistics `ranking` needs first (None: none needed,
-        the query has no terms), for a caller that sends it along with others."""
-        if not self.terms or not self.kb_ids:
+    def opening(self, limit: int) -> list[Statement]:
+        """The statements `ranking(limit)` begins with, for a caller that sends them along
+        with others and hands their answers to `opened` as they arrive: the term statistics
+        and, when earlier searches of this process read those of every term
+        (`statistics.recall`), the first round, planned from them. It then costs no round
+        trip of its own, and its rows are scored while the server runs the statements sent
+        after it. Empty when the query has no terms."""
+        self._opened = None
+        self._early = None
+        self._limit = limit
+        if not self.terms or not self.kb_ids or limit <= 0:
+            return []
+        statements = [Statistics.statement(self.kb_ids, self.terms)]
+        planned = recall(self.kb_ids, self.terms)
+        idf = self._idf(planned) if planned is not None else None
+        if planned is not None and idf:
+            frontier = {term: planned.top[term] for term in idf}
+            wanted = _levels_wanted(self._scorer(planned, idf), planned, frontier, 0.0)
+            size = min(FIRST_ROUND, int(knowledge_settings.SEARCH_LEXICAL_READ_BUDGET))
+            if wanted and size > 0:
+                self._early = _Early(wanted, frontier, size)
+                params = {**self.visibility.params(self.kb_ids), "terms": self.terms}
+                statements.append((_ROUND, _round_params(params, wanted, _id_array(), size)))
+        return statements
+
+    def opened(self, place: int, answer: Answer) -> None:
+        """Take the answer of the `opening` statement at `place`: the statistics first, then
+        the first round's rows, scored at once."""
+        if place == 0:
+            self._opened = self._start(self._limit, Statistics.from_rows(answer or ()))
+            return
+        progress, early = self._opened, self._early
+        if progress is None or early is None:
+            return  # no term of the query is in the knowledge bases
+        self.rounds += 1
+        early.read = _Read()
+        if answer:
+            self._consume(early.read, answer, progress.scorer, progress.scores, progress.leaders)
+        progress.early = early
+
+    def _idf(self, stats: Statistics) -> dict[str, float] | None:
+        if not stats.chunks or not stats.df:
             return None
-        return Statistics.statement(self.kb_ids, self.terms)
+        n = stats.chunks
+        return {
+            term: math.log(1 + (n - df + 0.5) / (df + 0.5))
+            for term in self.terms
+            if (df := stats.df.get(term))
+        }
 
     def _prepare(
         self, cursor: Any, statistics: Iterable[tuple[Any, ...]] | None = None
@@ -264,18 +273,31 @@ class LexicalLeg:
             stats = Statistics.load(cursor, self.kb_ids, self.terms)
         else:
             stats = Statistics.from_rows(statistics)
-        if not stats.chunks or not stats.df:
-            return None
-        n = stats.chunks
-        idf = {
-            term: math.log(1 + (n - df + 0.5) / (df + 0.5))
-            for term in self.terms
-            if (df := stats.df.get(term))
-        }
-        return stats, idf
+        remember(self.kb_ids, self.terms, stats)
+        idf = self._idf(stats)
+        return None if idf is None else (stats, idf)
 
     def _scorer(self, stats: Statistics, idf: dict[str, float]) -> Scorer:
         return Scorer(self.bm25, stats.average_length or 1.0, idf)
+
+    def _start(self, limit: int, stats: Statistics) -> _Progress | None:
+        """A ranking's state before its first round (None: nothing to rank)."""
+        self.rounds = self.chunks_read = 0
+        self.truncated = self.combined = False
+        self._visible: set[int] = set()
+        self._hidden: set[int] = set()
+        remember(self.kb_ids, self.terms, stats)
+        idf = self._idf(stats)
+        if idf is None or limit <= 0:
+            return None
+        return _Progress(
+            limit=limit,
+            stats=stats,
+            scorer=self._scorer(stats, idf),
+            # The next level to read of each term, from its highest one down; -1: all read.
+            frontier={term: stats.top[term] for term in idf},
+            leaders=Leaders(limit),
+        )
 
     def ranking(
         self,
@@ -286,25 +308,30 @@ class LexicalLeg:
         """The best `limit` visible chunks, (id, score), best first: BM25 top-k, the first
         ranks exact or within `SEARCH_LEXICAL_PRUNING` of it.
 
-        `statistics`: the rows of `statistics_statement`, if the caller has run it."""
+        `statistics`: the rows of the statistics statement, if the caller has run it; a
+        ranking whose `opening` statements were answered (`opened`) goes on from them."""
         if cursor is None:
             with transaction.atomic(), connection.cursor() as own:
                 configure_search(own)
                 return self.ranking(limit, own, statistics)
-        self.rounds = self.chunks_read = 0
-        self.truncated = self.combined = False
-        self._visible: set[int] = set()
-        self._hidden: set[int] = set()
-        prepared = self._prepare(cursor, statistics)
-        if prepared is None or limit <= 0:
-            return []
-        stats, idf = prepared
-        scorer = self._scorer(stats, idf)
-        terms = list(idf)
-        # The next level to read of each term, from its highest one down; -1: all read.
-        frontier = {term: stats.top[term] for term in terms}
-        scores: dict[int, float] = {}
-        leaders = Leaders(limit)
+        progress, self._opened = self._opened, None
+        if progress is None or progress.limit != limit:
+            if not self.terms or not self.kb_ids:
+                return []
+            if statistics is None:
+                stats = Statistics.load(cursor, self.kb_ids, self.terms)
+            else:
+                stats = Statistics.from_rows(statistics)
+            progress = self._start(limit, stats)
+            if progress is None:
+                return []
+        scorer, frontier, scores, leaders = (
+            progress.scorer,
+            progress.frontier,
+            progress.scores,
+            progress.leaders,
+        )
+        terms = list(frontier)
         # Reading stops once no unread chunk can score more than `pruning` times the
         # `proven`-th score (1.0: those ranks are exact); what is read next is chosen as for
         # the exact proof. The ranks after them are the best found by then.
@@ -315,35 +342,36 @@ class LexicalLeg:
         budget = int(knowledge_settings.SEARCH_LEXICAL_READ_BUDGET)
         size = FIRST_ROUND
         floor = 0.0  # levels bounded below this cannot change the proven ranks
+        early, progress.early = progress.early, None
         while True:
-            wanted = _levels_wanted(scorer, stats, frontier, floor)
-            if not wanted:
-                break
-            self.rounds += 1
-            size = min(size, budget)
-            read = self._read(
-                cursor,
-                _ROUND,
-                {
-                    **params,
-                    "wanted": _array_literal(
-                        _wanted_element(term, value) for _, term, value in wanted
-                    ),
-                    "seen": _id_array(scores, self._hidden),
-                    "budget": size,
-                    "check": size <= CHECKED_ROWS,
-                },
-                scorer,
-                scores,
-                leaders,
-            )
+            # The terms whose levels the round's plan read from their highest one down.
+            trusted: Iterable[str] = frontier
+            if early is not None and early.read is not None:
+                wanted, read, size = early.wanted, early.read, early.size
+                trusted = early.trusted(frontier)
+                early = None
+            else:
+                wanted = _levels_wanted(scorer, progress.stats, frontier, floor)
+                if not wanted:
+                    break
+                self.rounds += 1
+                size = min(size, budget)
+                read = self._read(
+                    cursor,
+                    _ROUND,
+                    _round_params(params, wanted, _id_array(scores, self._hidden), size),
+                    scorer,
+                    scores,
+                    leaders,
+                )
             budget -= read.rows
             self._admit(cursor, scores, leaders, params)
             # The levels before the one the last row came from are read whole; from there
             # on (all of them, if rows came out of order) they stay unread.
             done = len(wanted) if read.rows < size else (read.last - 1 if read.in_order else 0)
             for _, term, value in wanted[:done]:
-                frontier[term] = min(frontier[term], value - 1)  # -1 read whole: -2
+                if term in trusted or (value < 0 and term in frontier):
+                    frontier[term] = min(frontier[term], value - 1)  # -1 read whole: -2
             remaining = sum(scorer.bound(t, frontier[t]) for t in terms)
             kth = leaders.score(proven)  # 0 while fewer chunks are known
             if remaining == 0 or (kth > 0 and kth * pruning > remaining * (1 + SLACK)):
@@ -354,7 +382,7 @@ class LexicalLeg:
                 break
             unread = {t: scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0}
             combinations = reaching_combinations(unread, kth)
-            if combinations and self._few_postings(cursor, stats, combinations):
+            if combinations and self._few_postings(cursor, progress.stats, combinations):
                 # No term can reach the proven ranks on its own: the chunks that still can
                 # hold one of these combinations; read them all and the proof is complete.
                 self._close(cursor, scorer, combinations, scores, leaders, params, budget)
@@ -421,13 +449,24 @@ class LexicalLeg:
         read = _Read()
 
         def consume(rows: Sequence[tuple[Any, ...]]) -> None:
-            read.in_order = read.in_order and read.last <= rows[0][3] and _in_order(rows)
-            read.rows += len(rows)
-            read.last = rows[-1][3]
-            self._take(rows, scorer, scores, leaders)
+            self._consume(read, rows, scorer, scores, leaders)
 
         stream_rows(cursor, sql, params, consume, STREAM_ROWS)
         return read
+
+    def _consume(
+        self,
+        read: _Read,
+        rows: Sequence[tuple[Any, ...]],
+        scorer: Scorer,
+        scores: dict[int, float],
+        leaders: Leaders,
+    ) -> None:
+        """Score a batch of a round's rows, noting where in the lexemes asked for they end."""
+        read.in_order = read.in_order and read.last <= rows[0][3] and _in_order(rows)
+        read.rows += len(rows)
+        read.last = rows[-1][3]
+        self._take(rows, scorer, scores, leaders)
 
     def _take(
         self,
@@ -528,6 +567,51 @@ class _Read:
     rows: int = 0
     last: int = 0
     in_order: bool = True
+
+
+@dataclass
+class _Early:
+    """A first round planned from remembered statistics (`LexicalLeg.opening`): the lexemes
+    asked for, the level each term's plan began at, its size, and what it read."""
+
+    wanted: list[tuple[float, str, int]]
+    began: dict[str, int]
+    size: int
+    read: _Read | None = None
+
+    def trusted(self, frontier: dict[str, int]) -> set[str]:
+        """The terms whose levels the plan read from their highest one down: it began at
+        or above the top level the search's own statistics give (a term whose top level
+        has risen since keeps all its levels unread; what was read of it still counts)."""
+        return {term for term, top in frontier.items() if self.began.get(term, -1) >= top}
+
+
+@dataclass
+class _Progress:
+    """Where a ranking stands between its rounds."""
+
+    limit: int
+    stats: Statistics
+    scorer: Scorer
+    frontier: dict[str, int]
+    leaders: Leaders
+    scores: dict[int, float] = field(default_factory=dict)
+    #: The first round, answered with the statistics (`LexicalLeg.opened`).
+    early: _Early | None = None
+
+
+def _round_params(
+    params: dict[str, Any], wanted: list[tuple[float, str, int]], seen: str, size: int
+) -> dict[str, Any]:
+    """The parameters of a round (`_ROUND`) reading `wanted` in order, up to `size` chunks
+    not in `seen` (an `_id_array`)."""
+    return {
+        **params,
+        "wanted": _array_literal(_wanted_element(term, value) for _, term, value in wanted),
+        "seen": seen,
+        "budget": size,
+        "check": size <= CHECKED_ROWS,
+    }
 
 
 def _in_order(rows: Sequence[tuple[Any, ...]]) -> bool:

@@ -5,12 +5,14 @@ are used as they arrive."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
-from psycopg import ClientCursor, IsolationLevel, capabilities
+from psycopg import ClientCursor, IsolationLevel, capabilities, errors, generators
+from psycopg.adapt import Transformer
 from psycopg.pq import ExecStatus, TransactionStatus
 
 from ..conf import knowledge_settings
@@ -47,6 +49,10 @@ def configure_search(cursor: Any) -> None:
 
 #: A statement and its parameters, as a cursor's `execute` takes them.
 Statement = tuple[str, Any]
+#: The rows of a statement (None for one that returns none).
+Answer = list[tuple[Any, ...]] | None
+#: Called with a statement's place in its batch and its answer, as soon as that answer is in.
+Arrival = Callable[[int, Answer], None]
 
 #: How a search begins its own transaction: the isolation level rides on the BEGIN itself.
 BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
@@ -72,35 +78,41 @@ class SearchTransaction:
         self.batches = batches
         #: This object writes BEGIN and COMMIT (else Django's `atomic` does).
         self.own = own
-        #: After `run` raised: how many of its statements had answered, where that is known
-        #: (statements sent one by one); None when they shared a query string.
+        #: After `run` raised: how many of its statements had answered (None before any run).
         self.answered: int | None = None
         self._begun = False
         self._ended = False
         self._rollback = False
 
     def run(
-        self, cursor: Any, statements: Sequence[Statement], *, last: bool = False
-    ) -> list[list[tuple[Any, ...]] | None]:
+        self,
+        cursor: Any,
+        statements: Sequence[Statement],
+        *,
+        last: bool = False,
+        arrived: Arrival | None = None,
+    ) -> list[Answer]:
         """Run `statements` in order: the rows of each (None for those that return none).
 
-        `last`: nothing follows in this transaction, so its COMMIT may go with them. An error
-        in one statement raises it, and the statements after it do not run.
+        `last`: nothing follows in this transaction, so its COMMIT may go with them.
+        `arrived`: called with each statement's place and answer as soon as it is in, while
+        the server runs the statements after it (the caller's work overlaps theirs). An error
+        in one statement raises it, and the statements after it do not run; an error raised
+        by `arrived` is raised once the server has answered them all.
         """
         if self._ended:
             raise RuntimeError("the search transaction has ended")
-        results: list[list[tuple[Any, ...]] | None] = []
+        results: list[Answer] = []
         if not self.batches:
             self.answered = 0
             for sql, params in statements:
                 cursor.execute(sql, params)
                 results.append(answer_rows(cursor))
                 self.answered += 1
+                if arrived is not None:
+                    arrived(len(results) - 1, results[-1])
             return results
-        self.answered = None
-        # The driver's own cursor, under one error translation, rather than an attribute
-        # lookup through Django's wrapper per call; the statement itself runs through the
-        # wrapper, so that the connection's execute wrappers (the deadline) see it.
+        self.answered = 0
         raw = getattr(cursor, "cursor", cursor)
         with connection.wrap_database_errors:
             parts = [raw.mogrify(sql, params) for sql, params in statements]
@@ -112,13 +124,15 @@ class SearchTransaction:
         if closing:
             parts.append("COMMIT")
         self._begun = True
-        cursor.execute(SEPARATOR.join(parts))
-        with connection.wrap_database_errors:
-            for index in range(len(parts)):
-                if index and not raw.nextset():
-                    break
-                if lead <= index < lead + len(statements):
-                    results.append(answer_rows(raw))
+
+        def answered(index: int, answer: Answer) -> None:
+            if lead <= index < lead + len(statements):
+                results.append(answer)
+                self.answered = len(results)
+                if arrived is not None:
+                    arrived(index - lead, answer)
+
+        run_each(cursor, SEPARATOR.join(parts), answered)
         self._ended = closing
         return results
 
@@ -163,6 +177,68 @@ def answer_rows(cursor: Any) -> list[tuple[Any, ...]] | None:
     if result is None or result.status != ExecStatus.TUPLES_OK:
         return None
     return cursor.fetchall()
+
+
+def run_each(cursor: Any, text: str, answered: Arrival) -> None:
+    """Send the statements of the query string `text` in one round trip and hand each answer
+    to `answered` as soon as it is in, while the server runs the next ones.
+
+    A driver cursor's `execute` returns only once every statement has answered. The query
+    runs as Django runs any: inside the connection's execute wrappers (the request's database
+    deadline among them) and with Django's database errors. However it fails, every answer
+    is read before this returns, so the connection is left ready for its next statement."""
+    raw = getattr(cursor, "cursor", cursor)
+
+    def execute(sql: str, params: Any, many: bool, context: Any) -> None:
+        with connection.wrap_database_errors:
+            _receive(raw, sql, answered)
+
+    _run_wrapped(cursor, execute, text, None)
+
+
+def _receive(raw: Any, text: str, answered: Arrival) -> None:
+    conn = raw.connection
+    pgconn = conn.pgconn
+    encoding = conn.info.encoding
+    loader = Transformer(raw)
+    failure: BaseException | None = None
+    with conn.lock:
+        pgconn.send_query(text.encode(encoding))
+        conn.wait(generators.send(pgconn))
+        index = 0
+        while (result := conn.wait(generators.fetch(pgconn))) is not None:
+            if result.status == ExecStatus.FATAL_ERROR:
+                failure = failure or errors.error_from_result(result, encoding=encoding)
+            elif failure is None:
+                answer = None
+                if result.status == ExecStatus.TUPLES_OK:
+                    loader.set_pgresult(result)
+                    answer = loader.load_rows(0, result.ntuples, tuple)
+                try:
+                    answered(index, answer)
+                except BaseException as exc:  # raised once the server is done
+                    failure = exc
+            index += 1
+    if failure is not None:
+        raise failure
+
+
+def _run_wrapped(cursor: Any, execute: Callable[..., None], sql: str, params: Any) -> None:
+    """`execute(sql, params, ...)` inside the connection's execute wrappers, chained as
+    Django's own cursor chains them (its `_execute_with_wrappers` is private), and logged
+    where Django logs queries (`DEBUG`, `CaptureQueriesContext`)."""
+    call: Callable[..., None] = execute
+    for wrapper in reversed(connection.execute_wrappers):
+        call = functools.partial(wrapper, call)
+    started = time.monotonic()
+    try:
+        call(sql, params, False, {"connection": connection, "cursor": cursor})
+    finally:
+        if connection.queries_logged:
+            raw = getattr(cursor, "cursor", cursor)
+            text = sql if params is None else raw.mogrify(sql, params)
+            elapsed = time.monotonic() - started
+            connection.queries_log.append({"sql": text, "time": f"{elapsed:.3f}"})
 
 
 def batches_supported() -> bool:
@@ -253,8 +329,4 @@ def stream_rows(
             if rows:
                 consume(rows)
 
-    # The chain Django's own cursor builds (its `_execute_with_wrappers` is private).
-    call: Callable[..., None] = execute
-    for wrapper in reversed(connection.execute_wrappers):
-        call = functools.partial(wrapper, call)
-    call(sql, params, False, {"connection": connection, "cursor": cursor})
+    _run_wrapped(cursor, execute, sql, params)

@@ -14,9 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bailing_knowledge import services
-from bailing_knowledge.ingestion.documents import DocumentInput, upsert_document, upsert_documents
+from bailing_knowledge.ingestion.documents import (
+    DocumentInput,
+    delete_document,
+    upsert_document,
+    upsert_documents,
+)
 from bailing_knowledge.models import Chunk, Document
-from bailing_knowledge.retrieval import lexical
+from bailing_knowledge.retrieval import lexical, session, statistics
 from bailing_knowledge.retrieval.bm25 import Scorer
 from bailing_knowledge.retrieval.lexical import (
     Bm25,
@@ -24,6 +29,7 @@ from bailing_knowledge.retrieval.lexical import (
     exhaustive_ranking,
     lexical_ranking,
 )
+from bailing_knowledge.retrieval.session import configure_search
 from bailing_knowledge.retrieval.visibility import Visibility
 
 pytestmark = pytest.mark.django_db
@@ -394,7 +400,7 @@ def test_a_round_wants_every_level_over_the_floor_heaviest_first(tops, dfs, floo
     terms = [f"t{index}" for index in range(len(tops))]
     idf = {term: 0.5 + index for index, term in enumerate(terms)}
     scorer = Scorer(Bm25(1.2, 0.75), 120.0, idf)
-    stats = lexical.Statistics(
+    stats = statistics.Statistics(
         chunks=10_000,
         average_length=120.0,
         df=dict(zip(terms, dfs, strict=False)),
@@ -412,3 +418,69 @@ def test_a_round_wants_every_level_over_the_floor_heaviest_first(tops, dfs, floo
         key=lambda item: -item[0],
     )[: lexical.ROUND_LEXEMES]
     assert lexical._levels_wanted(scorer, stats, frontier, floor) == expected
+
+
+def _same(found: list[tuple[int, float]], expected: list[tuple[int, float]]) -> bool:
+    return [c for c, _ in found] == [c for c, _ in expected] and [
+        s for _, s in found
+    ] == pytest.approx([s for _, s in expected])
+
+
+def _opened_ranking(leg: LexicalLeg, limit: int) -> tuple[int, list[tuple[int, float]]]:
+    """The leg as a search runs it: its opening statements sent together, each answer handed
+    to it as it arrives, then the rounds left. (How many statements opened it, the ranking.)"""
+    tx = session.SearchTransaction(batches=True, own=False)
+    with transaction.atomic(), connection.cursor() as cursor:
+        configure_search(cursor)
+        opening = leg.opening(limit)
+        tx.run(cursor, opening, arrived=leg.opened)
+        return len(opening), leg.ranking(limit, cursor)
+
+
+def test_a_first_round_planned_from_what_earlier_searches_read_finds_the_same(kb):
+    _random_corpus(kb, 60, seed=9)
+    rng = random.Random(5)
+    statistics.forget()
+    for _ in range(30):
+        query = _random_query(rng)
+        expected = LexicalLeg(query, [kb], Visibility(), kb.language).exhaustive(10)
+        statements, found = _opened_ranking(LexicalLeg(query, [kb], Visibility(), kb.language), 10)
+        assert _same(found, expected), query
+        # Read once, remembered: the next search sends its first round with its statistics.
+        leg = LexicalLeg(query, [kb], Visibility(), kb.language)
+        statements, found = _opened_ranking(leg, 10)
+        assert statements == 2 and leg.rounds >= 1
+        assert _same(found, expected), query
+
+
+@pytest.mark.parametrize(
+    "change", ["a term's top level rose", "a term appeared", "a term is gone", "all changed"]
+)
+def test_a_first_round_planned_from_outdated_statistics_finds_the_same(kb, monkeypatch, change):
+    """What the process remembers only plans the first round: a term whose highest level
+    is now above where the plan began is read again from the top; the ranking is the one
+    the search's own statistics give."""
+    monkeypatch.setattr(lexical, "FEW", 0)  # every term read level by level
+    for number in range(24):
+        upsert_document(kb, f"other-{number}.md", "Notes", " ".join(VOCABULARY[number::7]))
+    for number in range(8):
+        filler = " ".join(VOCABULARY[: 40 + number])
+        upsert_document(kb, f"long-{number}.md", "Notes", f"{filler} alpha beta {filler}")
+    upsert_document(kb, "gamma.md", "Notes", "gamma appears here with beta")
+    query = "alpha beta gamma delta"  # delta is in no chunk yet
+    statistics.forget()
+    LexicalLeg(query, [kb], Visibility(), kb.language).ranking(10)  # remembered
+    if change in ("a term's top level rose", "all changed"):
+        upsert_document(kb, "short.md", "Alpha", "alpha alpha alpha")
+    if change in ("a term appeared", "all changed"):
+        upsert_document(kb, "new.md", "Notes", "delta beside alpha")
+    if change in ("a term is gone", "all changed"):
+        delete_document(kb, "gamma.md")
+    leg = LexicalLeg(query, [kb], Visibility(), kb.language)
+    statements, found = _opened_ranking(leg, 10)
+    expected = LexicalLeg(query, [kb], Visibility(), kb.language).exhaustive(10)
+    assert statements == 2
+    assert _same(found, expected)
+    if "rose" in change or change == "all changed":
+        keys = dict(Chunk.objects.values_list("pk", "document__source_key"))
+        assert "short.md" in [keys[chunk_id] for chunk_id, _ in found[:3]]

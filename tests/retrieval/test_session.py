@@ -12,13 +12,14 @@ from contextlib import contextmanager
 
 import pytest
 from django.db import DataError, OperationalError, ProgrammingError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from psycopg import pq
 from psycopg.pq import TransactionStatus
 
 from bailing_knowledge import services
 from bailing_knowledge.deadline import bounded_database_wait
 from bailing_knowledge.ingestion.documents import upsert_document
-from bailing_knowledge.retrieval import lexical, session
+from bailing_knowledge.retrieval import session, statistics
 from bailing_knowledge.retrieval.hybrid import HybridSearch, Visibility
 from bailing_knowledge.retrieval.session import stream_rows
 
@@ -197,6 +198,7 @@ def _round_trips(lines: list[str]) -> int:
 @pytest.mark.django_db(transaction=True)
 def test_a_search_writes_its_begin_and_commit_into_its_first_and_last_statements():
     kb = _handbook()
+    statistics.forget()
     connection.ensure_connection()
     sent: list[str] = []
 
@@ -218,6 +220,29 @@ def test_a_search_writes_its_begin_and_commit_into_its_first_and_last_statements
     assert connection.get_autocommit() and not connection.in_atomic_block
     assert connection.connection.info.transaction_status == TransactionStatus.IDLE
     assert connection.connection.isolation_level is None
+    # The process now knows the statistics of the query's terms: the next search plans its
+    # first lexical round from them and sends it with the opening statements, before the
+    # vector leg, whose run on the server overlaps the round's scoring here.
+    sent.clear()
+    with _protocol_trace() as lines, connection.execute_wrapper(record):
+        again = HybridSearch("refund", [kb], Visibility()).run(max_hits=3)
+    assert again.hits == result.hits
+    assert sent[0].index("/* bk:lexicon */") < sent[0].index("/* bk:lexical */")
+    assert sent[0].index("/* bk:lexical */") < sent[0].index("/* bk:vector */")
+    assert len(sent) == 2 and _round_trips(lines) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_statements_of_a_search_are_logged_as_djangos_own():
+    kb = _handbook()
+    statistics.forget()
+    with CaptureQueriesContext(connection) as queries:
+        assert HybridSearch("refund", [kb], Visibility()).run(max_hits=3).hits
+    logged = [query["sql"] for query in queries.captured_queries]
+    assert "/* bk:vector */" in logged[0]  # the opening statements, in one query string
+    rounds = [sql for sql in logged if sql.startswith("/* bk:lexical */")]
+    assert rounds and all("%(" not in sql and "'refund|" in sql for sql in rounds)
+    assert logged[-1].startswith("/* bk:fetch */")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -285,6 +310,39 @@ def test_a_batch_answers_each_of_its_statements_in_order():
         ]
 
 
+@pytest.mark.django_db
+def test_each_answer_of_a_batch_is_handed_on_while_the_server_runs_the_next_ones():
+    arrivals: list[tuple[int, object, pq.TransactionStatus]] = []
+
+    def arrived(place, answer):
+        arrivals.append((place, answer, connection.connection.pgconn.transaction_status))
+
+    tx = session.SearchTransaction(batches=True, own=False)
+    with transaction.atomic(), connection.cursor() as cursor:
+        answers = tx.run(
+            cursor,
+            [("SELECT %s::int", [1]), ("SELECT pg_sleep(0.2)", None), ("SELECT 3", None)],
+            arrived=arrived,
+        )
+    assert [(place, answer) for place, answer, _ in arrivals] == list(enumerate(answers))
+    assert answers[0] == [(1,)] and answers[2] == [(3,)]
+    # The first answer came while the server was still busy with the sleep.
+    assert arrivals[0][2] == pq.TransactionStatus.ACTIVE
+
+
+@pytest.mark.django_db
+def test_an_error_in_handing_an_answer_on_comes_once_the_server_has_answered_them_all():
+    def arrived(place, answer):
+        raise ValueError(f"cannot take answer {place}")
+
+    tx = session.SearchTransaction(batches=True, own=False)
+    with transaction.atomic(), connection.cursor() as cursor:
+        with pytest.raises(ValueError, match="answer 0"):
+            tx.run(cursor, [("SELECT 1", None), ("SELECT pg_sleep(0.05)", None)], arrived=arrived)
+        cursor.execute("SELECT 2")  # the connection is ready for its next statement
+        assert cursor.fetchone() == (2,)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_own_transaction_begins_with_the_first_batch_and_commits_with_the_last():
     connection.ensure_connection()
@@ -314,6 +372,7 @@ def test_an_error_in_a_batch_stops_the_statements_after_it():
                     ("INSERT INTO marks VALUES (%s)", [2]),
                 ],
             )
+        assert tx.answered == 1  # the statement that failed was the second
         cursor.execute("SELECT count(*) FROM marks")
         assert cursor.fetchone() == (0,)  # the savepoint rolled back the first; no second
 
@@ -394,14 +453,17 @@ def test_a_lexical_timeout_keeps_the_vector_answer_already_received(settings, mo
 
 
 @pytest.mark.django_db(transaction=True)
-def test_with_statements_one_by_one_a_timeout_fails_the_leg_whose_statement_it_was(
-    settings, monkeypatch, prepared_statements
+@pytest.mark.parametrize("one_by_one", [True, False])
+def test_a_timeout_fails_the_leg_whose_statement_it_was(
+    settings, monkeypatch, prepared_statements, one_by_one
 ):
+    """Statements sent one by one or together, the failed one is known."""
     kb = _handbook()
-    prepared_statements()
+    if one_by_one:
+        prepared_statements()
     settings.BAILING_KNOWLEDGE = {"SEARCH_STATEMENT_TIMEOUT_MS": 300}
     monkeypatch.setattr(
-        lexical.Statistics,
+        statistics.Statistics,
         "statement",
         staticmethod(lambda kb_ids, terms: ("SELECT pg_sleep(1.5)", None)),
     )
