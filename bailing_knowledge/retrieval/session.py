@@ -96,9 +96,10 @@ class SearchTransaction:
 
         `last`: nothing follows in this transaction, so its COMMIT may go with them.
         `arrived`: called with each statement's place and answer as soon as it is in, while
-        the server runs the statements after it (the caller's work overlaps theirs). An error
-        in one statement raises it, and the statements after it do not run; an error raised
-        by `arrived` is raised once the server has answered them all.
+        the server runs the statements after it (the caller's work overlaps theirs); it must
+        not use the connection, which is still busy. An error in one statement raises it,
+        and the statements after it do not run; an error raised by `arrived` is raised once
+        the server has answered them all.
         """
         if self._ended:
             raise RuntimeError("the search transaction has ended")
@@ -186,7 +187,8 @@ def run_each(cursor: Any, text: str, answered: Arrival) -> None:
     A driver cursor's `execute` returns only once every statement has answered. The query
     runs as Django runs any: inside the connection's execute wrappers (the request's database
     deadline among them) and with Django's database errors. However it fails, every answer
-    is read before this returns, so the connection is left ready for its next statement."""
+    is read before this returns, so the connection is left ready for its next statement.
+    `answered` runs while the connection is busy (and its lock held): it must not use it."""
     raw = getattr(cursor, "cursor", cursor)
 
     def execute(sql: str, params: Any, many: bool, context: Any) -> None:
