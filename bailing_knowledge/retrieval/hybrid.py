@@ -265,7 +265,7 @@ class HybridSearch:
         try:
             answers = tx.run(cursor, opening, arrived=arrived)
         except DatabaseError as exc:
-            self._timed_out(exc, self._blamed(tx, owner, first_vector), pending)
+            self._timed_out(exc, self._blamed(tx, owner), pending)
             return False
         if first_vector is not None:
             self._done(
@@ -305,17 +305,12 @@ class HybridSearch:
         pending.remove(index)
 
     @staticmethod
-    def _blamed(
-        tx: SearchTransaction, owner: dict[int, tuple[int, int]], first_vector: int | None
-    ) -> list[int]:
-        """The legs a failed opening batch fails: the one whose statement failed, where that
-        is known; else the vector leg, the one that runs long, or the lexical legs when it
-        is not there. None (an empty list) when the settings statement itself failed."""
-        if tx.answered is not None:
-            return [owner[tx.answered][0]] if tx.answered in owner else []
-        if first_vector is not None:
-            return [first_vector]
-        return sorted({index for index, _ in owner.values()})
+    def _blamed(tx: SearchTransaction, owner: dict[int, tuple[int, int]]) -> list[int]:
+        """The leg a failed opening batch fails: the one whose statement failed (the answers
+        are read one by one, so it is known). None (an empty list) when the settings
+        statement itself failed."""
+        failed = tx.answered
+        return [owner[failed][0]] if failed is not None and failed in owner else []
 
     def _embedder_failed(self, index: int, pending: list[int]) -> None:
         logger.warning("Embedder failed; searching lexically only", exc_info=True)

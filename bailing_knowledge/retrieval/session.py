@@ -5,6 +5,7 @@ are used as they arrive."""
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -59,6 +60,9 @@ BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 #: Between the statements of one query string, on a line of its own: a statement that ends
 #: in a `--` comment cannot swallow it.
 SEPARATOR = "\n;\n"
+
+# Where Django's debug cursor logs each statement.
+_backends_log = logging.getLogger("django.db.backends")
 
 
 class SearchTransaction:
@@ -187,12 +191,14 @@ def run_each(cursor: Any, text: str, answered: Arrival) -> None:
     A driver cursor's `execute` returns only once every statement has answered. The query
     runs as Django runs any: inside the connection's execute wrappers (the request's database
     deadline among them) and with Django's database errors. However it fails, every answer
-    is read before this returns, so the connection is left ready for its next statement.
-    `answered` runs while the connection is busy (and its lock held): it must not use it."""
+    is read before this returns, so the connection is left ready for its next statement
+    (unless the connection itself broke, which Django then discards). `answered` runs while
+    the connection is busy (and its lock held): it must not use it."""
     raw = getattr(cursor, "cursor", cursor)
+    db = _database(cursor)
 
     def execute(sql: str, params: Any, many: bool, context: Any) -> None:
-        with connection.wrap_database_errors:
+        with db.wrap_database_errors:
             _receive(raw, sql, answered)
 
     _run_wrapped(cursor, execute, text, None)
@@ -208,15 +214,25 @@ def _receive(raw: Any, text: str, answered: Arrival) -> None:
         pgconn.send_query(text.encode(encoding))
         conn.wait(generators.send(pgconn))
         index = 0
-        while (result := conn.wait(generators.fetch(pgconn))) is not None:
+        while True:
+            try:
+                result = conn.wait(generators.fetch(pgconn))
+            except errors.Error as exc:
+                if failure is None:
+                    raise
+                # The connection broke after an error already in hand (a server that ends
+                # the session sends its reason, then closes): that error is the cause.
+                raise failure from exc
+            if result is None:
+                break
             if result.status == ExecStatus.FATAL_ERROR:
                 failure = failure or errors.error_from_result(result, encoding=encoding)
             elif failure is None:
-                answer = None
-                if result.status == ExecStatus.TUPLES_OK:
-                    loader.set_pgresult(result)
-                    answer = loader.load_rows(0, result.ntuples, tuple)
                 try:
+                    answer = None
+                    if result.status == ExecStatus.TUPLES_OK:
+                        loader.set_pgresult(result)
+                        answer = loader.load_rows(0, result.ntuples, tuple)
                     answered(index, answer)
                 except BaseException as exc:  # raised once the server is done
                     failure = exc
@@ -225,22 +241,45 @@ def _receive(raw: Any, text: str, answered: Arrival) -> None:
         raise failure
 
 
+def _database(cursor: Any) -> Any:
+    """The Django connection of `cursor` (a Django cursor), else the default one."""
+    return getattr(cursor, "db", connection)
+
+
 def _run_wrapped(cursor: Any, execute: Callable[..., None], sql: str, params: Any) -> None:
-    """`execute(sql, params, ...)` inside the connection's execute wrappers, chained as
-    Django's own cursor chains them (its `_execute_with_wrappers` is private), and logged
-    where Django logs queries (`DEBUG`, `CaptureQueriesContext`)."""
+    """`execute(sql, params, ...)` as Django's own cursor runs a statement (its
+    `_execute_with_wrappers` is private): refused in a transaction that must roll back,
+    inside the connection's execute wrappers, and logged where Django logs queries
+    (`DEBUG`, `CaptureQueriesContext`)."""
+    db = _database(cursor)
+    db.validate_no_broken_transaction()
     call: Callable[..., None] = execute
-    for wrapper in reversed(connection.execute_wrappers):
+    for wrapper in reversed(db.execute_wrappers):
         call = functools.partial(wrapper, call)
     started = time.monotonic()
     try:
-        call(sql, params, False, {"connection": connection, "cursor": cursor})
+        call(sql, params, False, {"connection": db, "cursor": cursor})
     finally:
-        if connection.queries_logged:
-            raw = getattr(cursor, "cursor", cursor)
-            text = sql if params is None else raw.mogrify(sql, params)
-            elapsed = time.monotonic() - started
-            connection.queries_log.append({"sql": text, "time": f"{elapsed:.3f}"})
+        if db.queries_logged:
+            _log(db, sql, params, time.monotonic() - started)
+
+
+def _log(db: Any, sql: str, params: Any, elapsed: float) -> None:
+    """Log a statement as Django's debug cursor does, with its parameters in place (composed
+    on the client whatever the binding). Logging never replaces the statement's outcome."""
+    try:
+        text = sql if params is None else db.ops.compose_sql(sql, params)
+    except Exception:  # a query that cannot be shown is logged as sent
+        text = sql
+    db.queries_log.append({"sql": text, "time": f"{elapsed:.3f}"})
+    _backends_log.debug(
+        "(%.3f) %s; args=%s; alias=%s",
+        elapsed,
+        text,
+        params,
+        db.alias,
+        extra={"duration": elapsed, "sql": text, "params": params, "alias": db.alias},
+    )
 
 
 def batches_supported() -> bool:
@@ -313,9 +352,10 @@ def stream_rows(
     batches needs libpq 17 or newer; with an older one the rows come after the last.
     """
     raw = getattr(cursor, "cursor", cursor)
+    db = _database(cursor)
 
     def execute(sql: str, params: Any, many: bool, context: Any) -> None:
-        with connection.wrap_database_errors:
+        with db.wrap_database_errors:
             if not capabilities.has_stream_chunked():
                 raw.execute(sql, params)
                 answer = raw.fetchall()

@@ -10,10 +10,20 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
 import pytest
-from django.db import DataError, OperationalError, ProgrammingError, connection, transaction
+from django.db import (
+    DataError,
+    OperationalError,
+    ProgrammingError,
+    connection,
+    connections,
+    transaction,
+)
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from psycopg import pq
+from psycopg.adapt import Loader
 from psycopg.pq import TransactionStatus
 
 from bailing_knowledge import services
@@ -64,6 +74,33 @@ def test_the_rows_are_consumed_inside_the_connections_execute_wrappers(libpq):
     with connection.execute_wrapper(wrapper), connection.cursor() as cursor:
         stream_rows(cursor, SERIES, {"n": 120}, consume, 50)
     assert seen == [SERIES]
+
+
+@pytest.mark.django_db
+def test_the_wrappers_get_the_connection_as_django_passes_it():
+    contexts = []
+
+    def wrapper(execute, sql, params, many, context):
+        contexts.append(context)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper), connection.cursor() as cursor:
+        stream_rows(cursor, SERIES, {"n": 3}, lambda rows: None, 50)
+        session.run_each(cursor, "SELECT 1", lambda place, answer: None)
+        cursor.execute("SELECT 1")
+    assert len(contexts) == 3
+    assert all(context["connection"] is connections["default"] for context in contexts)
+
+
+@pytest.mark.django_db
+def test_a_transaction_that_must_roll_back_refuses_a_statement_as_djangos_cursor_does():
+    with transaction.atomic(), connection.cursor() as cursor:
+        with pytest.raises(DataError), transaction.atomic(savepoint=False):
+            cursor.execute("SELECT 1 / 0")  # no savepoint: the outer block must roll back
+        with pytest.raises(TransactionManagementError):
+            stream_rows(cursor, SERIES, {"n": 3}, lambda rows: None, 50)
+        with pytest.raises(TransactionManagementError):
+            session.run_each(cursor, "SELECT 1", lambda place, answer: None)
 
 
 @pytest.mark.django_db
@@ -233,16 +270,40 @@ def test_a_search_writes_its_begin_and_commit_into_its_first_and_last_statements
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_statements_of_a_search_are_logged_as_djangos_own():
+@pytest.mark.parametrize("binding", ["client", "server"])
+def test_the_statements_of_a_search_are_logged_as_djangos_own(prepared_statements, binding):
     kb = _handbook()
     statistics.forget()
+    if binding == "server":
+        prepared_statements()
     with CaptureQueriesContext(connection) as queries:
         assert HybridSearch("refund", [kb], Visibility()).run(max_hits=3).hits
-    logged = [query["sql"] for query in queries.captured_queries]
-    assert "/* bk:vector */" in logged[0]  # the opening statements, in one query string
+    # Django logs None for a statement it cannot compose.
+    logged = [query["sql"] or "" for query in queries.captured_queries]
     rounds = [sql for sql in logged if sql.startswith("/* bk:lexical */")]
     assert rounds and all("%(" not in sql and "'refund|" in sql for sql in rounds)
-    assert logged[-1].startswith("/* bk:fetch */")
+    if binding == "client":
+        assert "/* bk:vector */" in logged[0]  # the opening statements, in one query string
+        assert logged[-1].startswith("/* bk:fetch */")  # with the COMMIT
+    else:
+        assert not any(session.SEPARATOR in sql for sql in logged)  # each statement alone
+
+
+@pytest.mark.django_db
+def test_a_statement_that_fails_is_logged_and_its_error_is_what_is_raised(caplog):
+    with (
+        caplog.at_level("DEBUG", logger="django.db.backends"),
+        CaptureQueriesContext(connection) as queries,
+        connection.cursor() as cursor,
+        pytest.raises(DataError),
+        transaction.atomic(),
+    ):
+        stream_rows(cursor, "SELECT 1 / %(n)s", {"n": 0}, lambda rows: None, 50)
+    assert "SELECT 1 / 0" in [query["sql"] for query in queries.captured_queries]
+    assert any(
+        record.getMessage().endswith("SELECT 1 / 0; args={'n': 0}; alias=default")
+        for record in caplog.records
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -341,6 +402,34 @@ def test_an_error_in_handing_an_answer_on_comes_once_the_server_has_answered_the
             tx.run(cursor, [("SELECT 1", None), ("SELECT pg_sleep(0.05)", None)], arrived=arrived)
         cursor.execute("SELECT 2")  # the connection is ready for its next statement
         assert cursor.fetchone() == (2,)
+
+
+class _Unreadable(Loader):
+    def load(self, data):
+        raise ValueError("cannot read this value")
+
+
+@pytest.mark.django_db
+def test_an_answer_that_cannot_be_read_is_raised_once_the_server_has_answered_them_all():
+    tx = session.SearchTransaction(batches=True, own=False)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.cursor.adapters.register_loader("numeric", _Unreadable)
+        with pytest.raises(ValueError, match="cannot read"):
+            tx.run(cursor, [("SELECT 1.5::numeric", None), ("SELECT pg_sleep(0.05)", None)])
+        cursor.execute("SELECT 2")  # the connection is ready for its next statement
+        assert cursor.fetchone() == (2,)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_server_that_ends_the_session_is_raised_with_its_own_reason():
+    with connection.cursor() as cursor, pytest.raises(OperationalError) as raised:
+        session.run_each(
+            cursor,
+            "SELECT pg_terminate_backend(pg_backend_pid())" + session.SEPARATOR + "SELECT 1",
+            lambda place, answer: None,
+        )
+    connection.close()
+    assert isinstance(raised.value.__cause__, psycopg.errors.AdminShutdown)
 
 
 @pytest.mark.django_db(transaction=True)
