@@ -258,7 +258,7 @@ class HybridSearch:
             break
 
         def arrived(place: int, answer: Any) -> None:
-            # A lexical leg scores its first round while the server runs the vector leg.
+            # A lexical leg takes its statistics and its first round as they are read.
             if place in owner and (lexical := legs[owner[place][0]].lexical) is not None:
                 lexical.opened(owner[place][1], answer)
 

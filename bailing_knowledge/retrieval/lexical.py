@@ -30,8 +30,8 @@ own, for the chunks that would rank only (`_VISIBLE`).
 
 **First round.** When the process has read the statistics of every query term before
 (`statistics.recall`), the first round is planned from those and sent with the search's own
-statistics (`opening`), so that it costs no round trip and its rows are scored while the
-server runs the vector leg (`opened`). The plan decides only what that round reads: scores
+statistics (`opening`), so that it costs no round trip of its own; its rows are scored as
+soon as the driver has read them (`opened`). The plan decides only what that round reads: scores
 and bounds use the statistics read in the search's snapshot, and a term whose top level
 has risen since the plan's figures keeps all its levels unread (`_Early.trusted`).
 
@@ -219,8 +219,7 @@ class LexicalLeg:
         with others and hands their answers to `opened` as they arrive: the term statistics
         and, when earlier searches of this process read those of every term
         (`statistics.recall`), the first round, planned from them. It then costs no round
-        trip of its own, and its rows are scored while the server runs the statements sent
-        after it. Empty when the query has no terms."""
+        trip of its own. Empty when the query has no terms."""
         self._opened = None
         self._early = None
         self._limit = limit

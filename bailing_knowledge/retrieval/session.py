@@ -99,9 +99,9 @@ class SearchTransaction:
         """Run `statements` in order: the rows of each (None for those that return none).
 
         `last`: nothing follows in this transaction, so its COMMIT may go with them.
-        `arrived`: called with each statement's place and answer as soon as it is in, while
-        the server runs the statements after it (the caller's work overlaps theirs); it must
-        not use the connection, which is still busy. An error in one statement raises it,
+        `arrived`: called with each statement's place and answer as soon as the driver has
+        read it (`run_each`); it must not use the connection, which is still busy with the
+        statements after it. An error in one statement raises it,
         and the statements after it do not run; an error raised by `arrived` is raised once
         the server has answered them all.
         """
@@ -186,14 +186,18 @@ def answer_rows(cursor: Any) -> list[tuple[Any, ...]] | None:
 
 def run_each(cursor: Any, text: str, answered: Arrival) -> None:
     """Send the statements of the query string `text` in one round trip and hand each answer
-    to `answered` as soon as it is in, while the server runs the next ones.
+    to `answered` as soon as it is read, with its place in `text`.
 
-    A driver cursor's `execute` returns only once every statement has answered. The query
-    runs as Django runs any: inside the connection's execute wrappers (the request's database
-    deadline among them) and with Django's database errors. However it fails, every answer
-    is read before this returns, so the connection is left ready for its next statement
-    (unless the connection itself broke, which Django then discards). `answered` runs while
-    the connection is busy (and its lock held): it must not use it."""
+    Read this way, each answer is known by its statement, so a caller can tell which one
+    failed (`SearchTransaction.answered`), which a driver cursor's `execute` does not say.
+    The server sends a query string's answers together once its last statement has run
+    (except what fills its output buffer); sending each statement in a pipeline with a
+    flush would hand them on earlier, but costs more than it saves (docs/performance.md).
+    The query runs as Django runs any: inside the connection's execute wrappers (the
+    request's database deadline among them) and with Django's database errors. However it
+    fails, every answer is read before this returns, so the connection is left ready for
+    its next statement (unless the connection itself broke, which Django then discards).
+    `answered` runs while the connection is busy (and its lock held): it must not use it."""
     raw = getattr(cursor, "cursor", cursor)
     db = _database(cursor)
 
