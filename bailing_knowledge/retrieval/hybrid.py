@@ -26,7 +26,7 @@ from .. import constants
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .embedders import EmbedderError, get_embedder
-from .lexical import LexicalLeg
+from .lexical import STREAM_ROWS, LexicalLeg
 from .session import SearchTransaction, Statement, configure_statement, search_transaction
 from .visibility import (
     VISIBLE_SQL,
@@ -229,21 +229,31 @@ class HybridSearch:
         a statement timed out, which fails its leg and aborts the transaction.
 
         The opening statements travel together, in one round trip: the transaction's
-        settings, every lexical leg's term statistics (and first round, when the process
-        can plan it: `LexicalLeg.opening`) and the first vector leg. An embedder
+        settings, every lexical leg's term statistics, the first vector leg, and last each
+        lexical leg's first round when the process can plan it (`LexicalLeg.opening`): the
+        server sends a query string's answers together at its end, but the rows of its last
+        statement as it finds them, so they are scored while it reads on. An embedder
         failure fails its leg only. No savepoint per leg: a timeout is rare and costs a new
         transaction, where savepoints would cost two round trips per leg on every search."""
         opening = [configure_statement()]
         answer_of: dict[int, int] = {}  # leg -> its first statement's place in `opening`
         owner: dict[int, tuple[int, int]] = {}  # place -> (leg, place among the leg's own)
+
+        def add(index: int, own: int, statement: Statement) -> None:
+            answer_of.setdefault(index, len(opening))
+            owner[len(opening)] = (index, own)
+            opening.append(statement)
+
+        rounds: list[tuple[int, int, Statement]] = []
         for index in pending:
             lexical = legs[index].lexical
             if lexical is None:
                 continue
             for own, statement in enumerate(lexical.opening(self.candidates)):
-                answer_of.setdefault(index, len(opening))
-                owner[len(opening)] = (index, own)
-                opening.append(statement)
+                if own:
+                    rounds.append((index, own, statement))
+                else:
+                    add(index, own, statement)
         first_vector = None
         for index in [i for i in pending if legs[i].lexical is None]:
             try:
@@ -252,18 +262,22 @@ class HybridSearch:
                 self._embedder_failed(index, pending)
                 continue
             first_vector = index
-            answer_of[index] = len(opening)
-            owner[len(opening)] = (index, 0)
-            opening.append(statement)
+            add(index, 0, statement)
             break
+        for index, own, statement in rounds:
+            add(index, own, statement)
 
         def arrived(place: int, answer: Any) -> None:
             # A lexical leg takes its statistics and its first round as they are read.
             if place in owner and (lexical := legs[owner[place][0]].lexical) is not None:
                 lexical.opened(owner[place][1], answer)
 
+        def part(place: int, rows: list[tuple[Any, ...]]) -> None:
+            if place in owner and (lexical := legs[owner[place][0]].lexical) is not None:
+                lexical.opened_part(owner[place][1], rows)
+
         try:
-            answers = tx.run(cursor, opening, arrived=arrived)
+            answers = tx.run(cursor, opening, arrived=arrived, part=part, batch=STREAM_ROWS)
         except DatabaseError as exc:
             self._timed_out(exc, self._blamed(tx, owner), pending)
             return False

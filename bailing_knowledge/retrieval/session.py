@@ -54,6 +54,8 @@ Statement = tuple[str, Any]
 Answer = list[tuple[Any, ...]] | None
 #: Called with a statement's place in its batch and its answer, as soon as that answer is in.
 Arrival = Callable[[int, Answer], None]
+#: Called with a statement's place and a batch of its rows, as they arrive (`run_each`).
+Part = Callable[[int, list[tuple[Any, ...]]], None]
 
 #: How a search begins its own transaction: the isolation level rides on the BEGIN itself.
 BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
@@ -95,6 +97,8 @@ class SearchTransaction:
         *,
         last: bool = False,
         arrived: Arrival | None = None,
+        part: Part | None = None,
+        batch: int = 0,
     ) -> list[Answer]:
         """Run `statements` in order: the rows of each (None for those that return none).
 
@@ -103,7 +107,9 @@ class SearchTransaction:
         read it (`run_each`); it must not use the connection, which is still busy with the
         statements after it. An error in one statement raises it,
         and the statements after it do not run; an error raised by `arrived` is raised once
-        the server has answered them all.
+        the server has answered them all. `part`: called with each statement's rows, `batch`
+        at a time, as they arrive and before its answer, where statements share a query
+        string (`run_each`).
         """
         if self._ended:
             raise RuntimeError("the search transaction has ended")
@@ -137,7 +143,11 @@ class SearchTransaction:
                 if arrived is not None:
                     arrived(index - lead, answer)
 
-        run_each(cursor, SEPARATOR.join(parts), answered)
+        def rows(index: int, batch: list[tuple[Any, ...]]) -> None:
+            if part is not None and lead <= index < lead + len(statements):
+                part(index - lead, batch)
+
+        run_each(cursor, SEPARATOR.join(parts), answered, rows if part else None, batch)
         self._ended = closing
         return results
 
@@ -184,38 +194,46 @@ def answer_rows(cursor: Any) -> list[tuple[Any, ...]] | None:
     return cursor.fetchall()
 
 
-def run_each(cursor: Any, text: str, answered: Arrival) -> None:
+def run_each(
+    cursor: Any, text: str, answered: Arrival, part: Part | None = None, batch: int = 0
+) -> None:
     """Send the statements of the query string `text` in one round trip and hand each answer
-    to `answered` as soon as it is read, with its place in `text`.
+    to `answered` as soon as it is read, with its place in `text`; with `part`, also each
+    statement's rows, `batch` at a time (libpq 17+; else all at once), as they arrive.
 
     Read this way, each answer is known by its statement, so a caller can tell which one
     failed (`SearchTransaction.answered`), which a driver cursor's `execute` does not say.
-    The server sends a query string's answers together once its last statement has run
-    (except what fills its output buffer); sending each statement in a pipeline with a
-    flush would hand them on earlier, but costs more than it saves (docs/performance.md).
-    The query runs as Django runs any: inside the connection's execute wrappers (the
-    request's database deadline among them) and with Django's database errors. However it
-    fails, every answer is read before this returns, so the connection is left ready for
-    its next statement (unless the connection itself broke, which Django then discards).
-    `answered` runs while the connection is busy (and its lock held): it must not use it."""
+    The server sends a query string's answers together once its last statement has run,
+    except what fills its output buffer: the rows of the last statement leave as it finds
+    them, so a caller can work on them while it reads on. (A pipeline with a flush after
+    each statement would hand every answer on early, but costs more than it saves:
+    docs/performance.md.) The query runs as Django runs any: inside the connection's
+    execute wrappers (the request's database deadline among them) and with Django's
+    database errors. However it fails, every answer is read before this returns, so the
+    connection is left ready for its next statement (unless the connection itself broke,
+    which Django then discards). `answered` and `part` run while the connection is busy (and
+    its lock held): they must not use it."""
     raw = getattr(cursor, "cursor", cursor)
     db = _database(cursor)
 
     def execute(sql: str, params: Any, many: bool, context: Any) -> None:
         with db.wrap_database_errors:
-            _receive(raw, sql, answered)
+            _receive(raw, sql, answered, part, batch)
 
     _run_wrapped(cursor, execute, text, None)
 
 
-def _receive(raw: Any, text: str, answered: Arrival) -> None:
+def _receive(raw: Any, text: str, answered: Arrival, part: Part | None, batch: int) -> None:
     conn = raw.connection
     pgconn = conn.pgconn
     encoding = conn.info.encoding
     loader = Transformer(raw)
     failure: BaseException | None = None
+    rows: list[tuple[Any, ...]] = []
     with conn.lock:
         pgconn.send_query(text.encode(encoding))
+        if part is not None and batch > 0 and capabilities.has_stream_chunked():
+            pgconn.set_chunked_rows_mode(batch)
         conn.wait(generators.send(pgconn))
         index = 0
         while True:
@@ -229,20 +247,32 @@ def _receive(raw: Any, text: str, answered: Arrival) -> None:
                 raise failure from exc
             if result is None:
                 break
-            if result.status == ExecStatus.FATAL_ERROR:
+            status = result.status
+            if status == ExecStatus.FATAL_ERROR:
                 failure = failure or errors.error_from_result(result, encoding=encoding)
             elif failure is None:
                 try:
-                    answer = None
-                    if result.status == ExecStatus.TUPLES_OK:
+                    if status in _ROWS:
                         loader.set_pgresult(result)
-                        answer = loader.load_rows(0, result.ntuples, tuple)
-                    answered(index, answer)
+                        loaded = loader.load_rows(0, result.ntuples, tuple)
+                        if part is not None and loaded:
+                            part(index, loaded)
+                        rows += loaded
+                    if status not in _PARTS:
+                        answered(index, rows if status == ExecStatus.TUPLES_OK else None)
+                        rows = []
                 except BaseException as exc:  # raised once the server is done
                     failure = exc
-            index += 1
+            if status not in _PARTS:
+                index += 1
     if failure is not None:
         raise failure
+
+
+# Results that carry rows, and those that are only a part of a statement's answer (read in
+# chunks: `run_each`'s `part`).
+_PARTS = (ExecStatus.TUPLES_CHUNK, ExecStatus.SINGLE_TUPLE)
+_ROWS = (ExecStatus.TUPLES_OK, *_PARTS)
 
 
 def _database(cursor: Any) -> Any:

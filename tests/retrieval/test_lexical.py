@@ -24,6 +24,7 @@ from bailing_knowledge.models import Chunk, Document
 from bailing_knowledge.retrieval import lexical, session, statistics
 from bailing_knowledge.retrieval.bm25 import Scorer
 from bailing_knowledge.retrieval.lexical import (
+    STREAM_ROWS,
     Bm25,
     LexicalLeg,
     exhaustive_ranking,
@@ -447,7 +448,7 @@ def _opened_ranking_counted(
     with transaction.atomic(), connection.cursor() as cursor:
         configure_search(cursor)
         opening = leg.opening(limit)
-        tx.run(cursor, opening, arrived=leg.opened)
+        tx.run(cursor, opening, arrived=leg.opened, part=leg.opened_part, batch=STREAM_ROWS)
         with connection.execute_wrapper(count):
             ranking = leg.ranking(limit, cursor)
         return len(opening), ranking, len(ran)

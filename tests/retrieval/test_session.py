@@ -258,14 +258,14 @@ def test_a_search_writes_its_begin_and_commit_into_its_first_and_last_statements
     assert connection.connection.info.transaction_status == TransactionStatus.IDLE
     assert connection.connection.isolation_level is None
     # The process now knows the statistics of the query's terms: the next search plans its
-    # first lexical round from them and sends it with the opening statements, before the
-    # vector leg: one round trip fewer.
+    # first lexical round from them and sends it last among the opening statements, after
+    # the vector leg: one round trip fewer.
     sent.clear()
     with _protocol_trace() as lines, connection.execute_wrapper(record):
         again = HybridSearch("refund", [kb], Visibility()).run(max_hits=3)
     assert again.hits == result.hits
     assert sent[0].index("/* bk:lexicon */") < sent[0].index("/* bk:lexical */")
-    assert sent[0].index("/* bk:lexical */") < sent[0].index("/* bk:vector */")
+    assert sent[0].index("/* bk:vector */") < sent[0].index("/* bk:lexical */")
     assert len(sent) == 2 and _round_trips(lines) == 2
 
 
@@ -369,6 +369,33 @@ def test_a_batch_answers_each_of_its_statements_in_order():
             None,
             [("8MB",)],
         ]
+
+
+@pytest.mark.django_db
+def test_the_rows_of_the_last_statement_of_a_batch_come_as_the_server_finds_them(libpq):
+    parts: list[tuple[int, list[int], float]] = []
+    answers: list[tuple[int, object, float]] = []
+    started = time.monotonic()
+    # Rows larger than the server's 8 kB output buffer leave it one by one.
+    text = session.SEPARATOR.join(
+        ["SELECT 1", "SELECT g, repeat('x', 20000), pg_sleep(0.1) FROM generate_series(1, 5) g"]
+    )
+    with connection.cursor() as cursor:
+        session.run_each(
+            cursor,
+            text,
+            lambda place, answer: answers.append((place, answer, time.monotonic() - started)),
+            lambda place, rows: parts.append(
+                (place, [row[0] for row in rows], time.monotonic() - started)
+            ),
+            batch=1,
+        )
+    assert [(place, len(answer)) for place, answer, _ in answers] == [(0, 1), (1, 5)]
+    assert [row for place, rows, _ in parts if place == 1 for row in rows] == [1, 2, 3, 4, 5]
+    if libpq == "chunked":
+        # The first row came while the server was still finding the others.
+        first = next(at for place, _, at in parts if place == 1)
+        assert answers[1][2] - first >= 0.25
 
 
 @pytest.mark.django_db
