@@ -267,13 +267,16 @@ class HybridSearch:
         for index, own, statement in rounds:
             add(index, own, statement)
 
+        def lexical_at(place: int) -> LexicalLeg | None:
+            return legs[owner[place][0]].lexical if place in owner else None
+
+        # A lexical leg takes its statistics and its first round as they are read.
         def arrived(place: int, answer: Any) -> None:
-            # A lexical leg takes its statistics and its first round as they are read.
-            if place in owner and (lexical := legs[owner[place][0]].lexical) is not None:
+            if (lexical := lexical_at(place)) is not None:
                 lexical.opened(owner[place][1], answer)
 
         def part(place: int, rows: list[tuple[Any, ...]]) -> None:
-            if place in owner and (lexical := legs[owner[place][0]].lexical) is not None:
+            if (lexical := lexical_at(place)) is not None:
                 lexical.opened_part(owner[place][1], rows)
 
         try:

@@ -143,11 +143,11 @@ class SearchTransaction:
                 if arrived is not None:
                     arrived(index - lead, answer)
 
-        def rows(index: int, batch: list[tuple[Any, ...]]) -> None:
+        def arriving(index: int, chunk: list[tuple[Any, ...]]) -> None:
             if part is not None and lead <= index < lead + len(statements):
-                part(index - lead, batch)
+                part(index - lead, chunk)
 
-        run_each(cursor, SEPARATOR.join(parts), answered, rows if part else None, batch)
+        run_each(cursor, SEPARATOR.join(parts), answered, arriving if part else None, batch)
         self._ended = closing
         return results
 
