@@ -356,6 +356,18 @@ class Document(models.Model):
             _choices_check("status", DocumentStatus, "bk_document_status_valid"),
             models.CheckConstraint(condition=Q(revision__gte=1), name="bk_document_revision_gte_1"),
         ]
+        indexes = [
+            # The documents everyone may see, by id and revision: the lexical leg checks the
+            # document of each chunk it reads, and for these the index alone answers
+            # (`visibility.OPEN_DOCUMENT_SQL`, an index-only scan), without the row.
+            models.Index(
+                fields=["id", "revision"],
+                name="bk_document_open",
+                condition=Q(status=DocumentStatus.READY)
+                & ~Q(metadata__has_key="audiences")
+                & ~Q(metadata__has_key="roles"),
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.source_key

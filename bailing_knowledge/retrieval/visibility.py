@@ -26,6 +26,17 @@ DOCUMENT_VISIBLE_SQL = """
     AND (NOT d.metadata ? 'audiences' OR d.metadata -> 'audiences' ? %(audience)s)
     AND (NOT d.metadata ? 'roles' OR d.metadata -> 'roles' ?| %(roles)s::text[])
 """
+# The same for a document open to everyone (ready, no audience or role restriction): true or
+# no row. The partial index `bk_document_open` answers it alone, an index-only scan, where
+# `DOCUMENT_VISIBLE_SQL` reads the document's row; a chunk it does not admit still needs
+# that check (its document may admit the principal through its audiences and roles).
+OPEN_DOCUMENT_SQL = """
+    d.id = c.document_id
+    AND d.revision = c.revision
+    AND d.status = 'ready'
+    AND NOT d.metadata ? 'audiences'
+    AND NOT d.metadata ? 'roles'
+"""
 # ... and in one of the KBs searched (the route's enabled KBs for this tenant).
 VISIBLE_SQL = "c.knowledge_base_id = ANY(%(kbs)s) AND " + DOCUMENT_VISIBLE_SQL
 

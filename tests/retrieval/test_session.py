@@ -22,7 +22,7 @@ from django.db import (
 )
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
-from psycopg import pq
+from psycopg import ClientCursor, pq
 from psycopg.adapt import Loader
 from psycopg.pq import TransactionStatus
 
@@ -160,6 +160,22 @@ def prepared_statements():
     connection.close()
     options.clear()
     options.update(saved)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("n", "batch"), [(0, 3), (7, 3), (500, 50)])
+def test_with_server_side_binding_the_rows_arrive_the_same_way(
+    n, batch, libpq, prepared_statements
+):
+    """Bound on the server (and prepared), a statement's rows come in the same batches."""
+    prepared_statements()
+    batches: list[list[tuple]] = []
+    with connection.cursor() as cursor:
+        assert not isinstance(cursor.cursor, ClientCursor)
+        stream_rows(cursor, SERIES, {"n": n}, lambda rows: batches.append(list(rows)), batch)
+    assert [row for rows in batches for row in rows] == [(g, "x" * g) for g in range(1, n + 1)]
+    assert all(len(rows) == batch for rows in batches[:-1])
+    assert all(0 < len(rows) <= batch for rows in batches)
 
 
 def _prepared() -> list[tuple[str, int, int]]:

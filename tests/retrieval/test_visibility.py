@@ -10,8 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bailing_knowledge import services
+from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.retrieval.session import configure_search
 from bailing_knowledge.retrieval.visibility import (
     DOCUMENT_VISIBLE_SQL,
+    OPEN_DOCUMENT_SQL,
     Visibility,
     visibility_for,
 )
@@ -46,6 +49,17 @@ METADATA = st.fixed_dictionaries(
     },
 )
 PRINCIPALS = st.builds(Visibility, audience=NAMES, roles=st.lists(NAMES, max_size=3).map(tuple))
+
+
+# Both checks over one document `d` and one chunk `c` whose state varies too.
+_BOTH = f"""
+SELECT ({OPEN_DOCUMENT_SQL}) IS TRUE, ({DOCUMENT_VISIBLE_SQL}) IS TRUE
+FROM (SELECT 1 AS id, %(status)s::text AS status, %(revision)s AS revision,
+             %(metadata)s::jsonb AS metadata) d,
+     (SELECT 1 AS document_id, %(chunk_revision)s AS revision) c
+"""
+STATUSES = st.sampled_from(["ready", "pending", "indexing", "failed"])
+REVISIONS = st.integers(1, 2)
 
 
 def _sql_admits(visibility: Visibility, metadata: dict) -> bool:
@@ -86,3 +100,51 @@ def test_a_session_is_seen_as_its_principal(issued):
     assert visibility_for(session) == Visibility(
         tenant="acme", audience="staff", roles=("support",)
     )
+
+
+@pytest.mark.django_db
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    visibility=PRINCIPALS,
+    metadata=METADATA,
+    status=STATUSES,
+    revision=REVISIONS,
+    chunk_revision=REVISIONS,
+)
+def test_an_open_document_is_one_every_principal_sees(
+    visibility, metadata, status, revision, chunk_revision
+):
+    """The lexical leg's shortcut admits no chunk the full check refuses, and it admits
+    every chunk of a current, ready document that restricts no one."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _BOTH,
+            {
+                **visibility.params([]),
+                "metadata": json.dumps(metadata),
+                "status": status,
+                "revision": revision,
+                "chunk_revision": chunk_revision,
+            },
+        )
+        open_, visible = cursor.fetchone()
+    restricted = "audiences" in metadata or "roles" in metadata
+    assert open_ is (status == "ready" and revision == chunk_revision and not restricted)
+    assert visible or not open_
+
+
+@pytest.mark.django_db
+def test_the_open_documents_are_found_in_their_index_alone(kb):
+    """`bk_document_open`'s condition is `OPEN_DOCUMENT_SQL`'s: the check of a chunk's
+    document is answered by an index-only scan of it, without the document's row."""
+    upsert_document(kb, "faq", "FAQ", "Refunds take five days.")
+    with connection.cursor() as cursor:
+        configure_search(cursor)
+        cursor.execute(
+            "EXPLAIN (COSTS OFF) SELECT (SELECT true FROM bailing_knowledge_document d"
+            f" WHERE {OPEN_DOCUMENT_SQL}) FROM bailing_knowledge_chunk c"
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Index Only Scan using bk_document_open" in plan, plan
