@@ -39,6 +39,14 @@ def pytest_report_header(config):
     return f"django: {django.get_version()}"
 
 
+@pytest.fixture(autouse=True)
+def no_hidden_leaders_met():
+    """Every test's searches start deferring their document checks (`hybrid.HybridSearch`)."""
+    from bailing_knowledge.retrieval.hybrid import forget_hidden_leaders
+
+    forget_hidden_leaders()
+
+
 @pytest.fixture
 def kb(db):
     return services.create_knowledge_base("handbook", title="Handbook")

@@ -102,3 +102,26 @@ def test_the_reindex_mark_migrates_back_and_forth(kb):
     assert "reindex_queued_at" in _document_columns()
     document = Document.objects.get()
     assert (document.status, document.reindex_queued_at) == ("ready", None)
+
+
+def _document_check_objects() -> tuple[bool, bool]:
+    """Whether the open-document index (0010) and the admitted-documents function (0011) exist."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT to_regclass('bk_document_open') IS NOT NULL,"
+            " to_regprocedure('bailing_knowledge_admitted_documents(bigint[], text, text[])')"
+            " IS NOT NULL"
+        )
+        return cursor.fetchone()
+
+
+def test_the_document_checks_migrate_back_and_forth():
+    assert _document_check_objects() == (True, True)
+    call_command("migrate", "bailing_knowledge", "0010_document_open_index", verbosity=0)
+    try:
+        assert _document_check_objects() == (True, False)
+        call_command("migrate", "bailing_knowledge", "0009_document_reindex_queued_at", verbosity=0)
+        assert _document_check_objects() == (False, False)
+    finally:
+        call_command("migrate", "bailing_knowledge", verbosity=0)
+    assert _document_check_objects() == (True, True)

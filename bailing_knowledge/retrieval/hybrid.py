@@ -2,7 +2,9 @@
 
 Visibility is part of every leg's WHERE clause — KB in the route's scope and enabled, KB
 tenant binding, the document ready at the chunk's revision, per-document audience and role
-restrictions — so a hidden document never takes a candidate slot, a rank or a score.
+restrictions — so a hidden document never takes a candidate slot, a rank or a score. The
+lexical legs' document checks may wait for the fetch (`HybridSearch.run`): a hidden chunk
+among their leaders then makes the search run again, checking as it reads.
 
 The lexical leg (`lexical.LexicalLeg`, one per language of the KBs searched) finds the exact
 BM25 top-k without scoring every matching chunk; the vector leg runs once per embedder.
@@ -14,6 +16,7 @@ instead of failing it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -158,6 +161,42 @@ def _is_timeout(exc: DatabaseError) -> bool:
     return isinstance(exc.__cause__, psycopg.errors.QueryCanceled)
 
 
+class _HiddenLeader(Exception):
+    """A chunk among a lexical leg's leaders turned out hidden when its check was deferred."""
+
+
+#: How long, in seconds, searches of the same knowledge bases by the same principal check
+#: documents as they read once a deferred check found a hidden leader; and how many such
+#: searches a process remembers (past it, it forgets them all). Dict operations are atomic:
+#: threads share it without a lock.
+HIDDEN_MEMORY_SECONDS = 600.0
+HIDDEN_MEMORY_SIZE = 4096
+_hidden_met: dict[tuple[tuple[int, ...], Visibility], float] = {}
+
+
+def _hidden_key(
+    kbs: Sequence[KnowledgeBase], visibility: Visibility
+) -> tuple[tuple[int, ...], Visibility]:
+    return tuple(sorted(kb.pk for kb in kbs)), visibility
+
+
+def _defers(key: tuple[tuple[int, ...], Visibility]) -> bool:
+    """Whether the lexical legs may leave their document checks to the fetch: not while a
+    recent search with `key` met a hidden leader (it would run twice again)."""
+    return _hidden_met.get(key, 0.0) <= time.monotonic()
+
+
+def _remember_hidden(key: tuple[tuple[int, ...], Visibility]) -> None:
+    if len(_hidden_met) >= HIDDEN_MEMORY_SIZE:
+        _hidden_met.clear()
+    _hidden_met[key] = time.monotonic() + HIDDEN_MEMORY_SECONDS
+
+
+def forget_hidden_leaders() -> None:
+    """Forget which searches met hidden leaders (tests; a process's own state otherwise)."""
+    _hidden_met.clear()
+
+
 class HybridSearch:
     """One search over a set of KBs; call `run()` inside nothing: it opens its transaction."""
 
@@ -189,13 +228,42 @@ class HybridSearch:
         max_documents: int | None = None,
     ) -> SearchResult:
         """Fused, validated hits, best first: at most `per_document` chunks of any document
-        and chunks of at most `max_documents` documents."""
+        and chunks of at most `max_documents` documents.
+
+        The lexical legs first run with their document checks deferred: the chunks they
+        would rank are checked with the fetch, in its round trip, instead of as they are
+        read (a third of a first round's server time) and in statements of their own. If
+        one of them turns out hidden, the search runs again checking as it reads, and so do
+        the same principal's searches of these knowledge bases for a while
+        (`HIDDEN_MEMORY_SECONDS`): a hidden chunk never takes a rank either way."""
         if not self.kbs:
             return self.result
+        key = _hidden_key(self.kbs, self.visibility)
+        deferred = self.use_lexical and _defers(key)
+        while True:
+            try:
+                return self._attempt(
+                    deferred, max_hits, min_score, per_document, max_documents or max_hits
+                )
+            except _HiddenLeader:
+                _remember_hidden(key)
+                deferred = False
+                self.result = SearchResult()
+                self.documents = {}
+
+    def _attempt(
+        self,
+        deferred: bool,
+        max_hits: int,
+        min_score: float,
+        per_document: int,
+        max_documents: int,
+    ) -> SearchResult:
         legs: list[_Leg] = []
         if self.use_lexical:
             for language, group in group_knowledge_bases(self.kbs, "language"):
                 lexical = LexicalLeg(self.query, group, self.visibility, language)
+                lexical.deferred = deferred
                 legs.append(_Leg(1.0, lexical=lexical))
         if self.use_vector:
             for embedder_alias, group in group_knowledge_bases(self.kbs, "embedder"):
@@ -212,8 +280,16 @@ class HybridSearch:
                     tx.rollback()
                     continue
                 scores = self._fuse([rankings[index] for index in sorted(rankings)])
+                lexical_legs = [legs[index].lexical for index in rankings]
                 self.result.hits = self._select(
-                    tx, cursor, scores, max_hits, min_score, per_document, max_documents or max_hits
+                    tx,
+                    cursor,
+                    scores,
+                    max_hits,
+                    min_score,
+                    per_document,
+                    max_documents,
+                    [leg for leg in lexical_legs if leg is not None and leg.deferred],
                 )
                 return self.result
 
@@ -398,14 +474,28 @@ class HybridSearch:
         min_score: float,
         per_document: int,
         max_documents: int,
+        deferred: list[LexicalLeg],
     ) -> list[Hit]:
         """The best chunks within the per-document and document limits, above `min_score`,
-        each validated against the current body."""
+        each validated against the current body. The first fetch carries the checks the
+        `deferred` lexical legs left (`_HiddenLeader` if a chunk they ranked is hidden)."""
+        checks = [(leg, statement) for leg in deferred if (statement := leg.verification())]
+
+        def fetched(statements: list[Statement], last: bool) -> Any:
+            answers = tx.run(cursor, [*statements, *(s for _, s in checks)], last=last)
+            verdicts = answers[len(statements) :]
+            if not all(leg.verified(a) for (leg, _), a in zip(checks, verdicts, strict=True)):
+                raise _HiddenLeader
+            checks.clear()
+            return answers[0] if statements else None
+
         ranked = sorted(
             (item for item in scores.items() if item[1] >= min_score),
             key=lambda item: (-item[1], item[0]),
         )
         if not ranked or max_hits <= 0:
+            if checks:
+                fetched([], last=True)
             return []
         allowed: list[tuple[int, float]] = []
         per_doc: dict[int, int] = {}
@@ -424,7 +514,7 @@ class HybridSearch:
             batch = allowed[offset : offset + max_hits]
             fetch = (_FETCH, {"ids": [chunk_id for chunk_id, _ in batch], "kbs": kb_ids})
             last = offset + max_hits >= len(allowed)
-            rows = {row[0]: row for row in tx.run(cursor, [fetch], last=last)[0] or ()}
+            rows = {row[0]: row for row in fetched([fetch], last) or ()}
             hits.extend(
                 Hit(*rows[chunk_id], score=round(score, 4))
                 for chunk_id, score in batch

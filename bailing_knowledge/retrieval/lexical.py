@@ -26,7 +26,9 @@ chunks contain a term. Before a chunk counts among the best, its document is che
 or decides when reading stops: by the statement that reads it when the round reads few
 chunks (`CHECKED_ROWS`: the first round, or one the budget cuts short) and in the closing
 round, which reads few (65 at the median at 100k, 647 at most); else, in a statement of its
-own, for the chunks that would rank only (`_VISIBLE`).
+own, for the chunks that would rank only (`_VISIBLE`). A leg with `deferred` checks none
+itself (but in the closing round): it notes every chunk that was a leader at a decision
+(`unverified`) and hands the caller a statement to check them with its own (`verification`).
 
 **First round.** When the process has read the statistics of every query term before
 (`statistics.recall`), the first round is planned from those and sent with the search's
@@ -146,7 +148,7 @@ _CHECKED = f"""CASE WHEN %(check)s THEN coalesce(
 _ROUND = f"""/* bk:lexical */
 SELECT c.id, c.lexical_length,
        ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, w.position,
-       c.document_id, {_CHECKED}
+       c.document_id, c.revision, {_CHECKED}
 FROM unnest(%(wanted)s::text[]) WITH ORDINALITY AS w(lexeme, position)
 CROSS JOIN LATERAL (
     SELECT c.id, c.document_id, c.revision, c.lexical_length, c.lexical_terms
@@ -164,7 +166,7 @@ LIMIT %(budget)s
 _COMBINED = f"""/* bk:lexical */
 SELECT c.id, c.lexical_length,
        ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, 0,
-       c.document_id, {_CHECKED}
+       c.document_id, c.revision, {_CHECKED}
 FROM bailing_knowledge_chunk c
 WHERE c.search_vector @@ %(combined)s::tsquery
   AND c.knowledge_base_id + 0 = ANY(%(kbs)s)
@@ -184,6 +186,15 @@ _VISIBLE = f"""/* bk:lexical */
 SELECT c.id FROM bailing_knowledge_chunk c, bailing_knowledge_document d
 WHERE c.id = ANY(%(ids)s::bigint[]) AND {DOCUMENT_VISIBLE_SQL}
 """  # noqa: S608
+
+# The documents, of those asked for, that admit the principal, and their revisions: whose
+# chunks are visible (`LexicalLeg.verification`). A function of migration 0011, whose plan
+# the connection keeps: planning the same query sent alone cost more than running it.
+_ADMITTED = """/* bk:lexical */
+SELECT * FROM bailing_knowledge_admitted_documents(
+    %(ids)s::bigint[], %(audience)s::text, %(roles)s::text[]
+)
+"""
 
 # The reference: every chunk holding a query term, visible ones only.
 _EVERY = f"""/* bk:lexical */
@@ -219,6 +230,13 @@ class LexicalLeg:
         self.combined = False
         #: The document of each chunk scored.
         self.documents: dict[int, int] = {}
+        #: Leave the document check of the chunks that would rank to the caller
+        #: (`verification`): rounds read without it, and no statement of its own runs.
+        self.deferred = False
+        #: With `deferred`: every chunk that was among the leaders when reading went on or
+        #: stopped, not checked yet. All visible, the ranking is the one checking as it
+        #: reads would give, since every decision saw the same leaders.
+        self.unverified: set[int] = set()
         # Set by `opening` and `opened`: the ranking's state once its statistics are in,
         # the first round sent with them, and the limit they were sent for.
         self._opened: _Progress | None = None
@@ -247,7 +265,8 @@ class LexicalLeg:
             if wanted and size > 0:
                 self._early = _Early(wanted, frontier, size)
                 params = {**self.visibility.params(self.kb_ids), "terms": self.terms}
-                statements.append((_ROUND, _round_params(params, wanted, _id_array(), size)))
+                round_params = _round_params(params, wanted, _id_array(), size, self._checks(size))
+                statements.append((_ROUND, round_params))
         return statements
 
     def opened(self, place: int, answer: Answer) -> None:
@@ -311,6 +330,8 @@ class LexicalLeg:
         self.truncated = self.combined = False
         self._visible: set[int] = set()
         self._hidden: set[int] = set()
+        self._revisions: dict[int, int] = {}
+        self.unverified = set()
         remember(self.kb_ids, self.terms, stats)
         idf = self._idf(stats)
         if idf is None or limit <= 0:
@@ -384,7 +405,13 @@ class LexicalLeg:
                 read = self._read(
                     cursor,
                     _ROUND,
-                    _round_params(params, wanted, _id_array(scores, self._hidden), size),
+                    _round_params(
+                        params,
+                        wanted,
+                        _id_array(scores, self._hidden),
+                        size,
+                        self._checks(size),
+                    ),
                     scorer,
                     scores,
                     leaders,
@@ -504,7 +531,7 @@ class LexicalLeg:
         each of its terms), and offer them to the leaders; a chunk the statement found
         hidden is only remembered as such."""
         hidden = self._hidden
-        for chunk_id, length, vector, _, document_id, visible in rows:
+        for chunk_id, length, vector, _, document_id, revision, visible in rows:
             if chunk_id in scores or chunk_id in hidden:
                 continue
             if visible is not None:
@@ -513,12 +540,21 @@ class LexicalLeg:
                     continue
                 self._visible.add(chunk_id)
             self.documents[chunk_id] = document_id
+            self._revisions[chunk_id] = revision
             scores[chunk_id] = score = scorer.score(vector, length)
             leaders.offer(chunk_id, score)
 
+    def _checks(self, size: int) -> bool:
+        """Whether a round of `size` chunks checks each one's document as it reads it."""
+        return not self.deferred and size <= CHECKED_ROWS
+
     def _admit(self, cursor: Any, scores: dict[int, float], leaders: Leaders, params: dict) -> None:
         """Check the chunks that would rank against their documents (ready, current
-        revision, audience and roles); hidden ones leave `scores` before they count."""
+        revision, audience and roles); hidden ones leave `scores` before they count.
+        `deferred`: only note them for the caller's check (`verification`)."""
+        if self.deferred:
+            self.unverified.update(i for i in leaders.ids() if i not in self._visible)
+            return
         while True:
             unchecked = [i for i in leaders.ids() if i not in self._visible]
             if not unchecked:
@@ -532,6 +568,24 @@ class LexicalLeg:
                 self._hidden.add(chunk_id)
             if hidden:
                 leaders.rebuild(scores)
+
+    def verification(self) -> Statement | None:
+        """The statement that checks the documents of `unverified` (None: nothing to check),
+        for the caller to send with its own; its answer goes to `verified`. It looks up
+        their documents only: a round returns each chunk's document and revision."""
+        if not self.unverified:
+            return None
+        documents = {self.documents[chunk_id] for chunk_id in self.unverified}
+        return _ADMITTED, {**self.visibility.params(()), "ids": _id_array(documents)}
+
+    def verified(self, answer: Answer) -> bool:
+        """Whether every chunk `verification` asked about is visible: its document admits
+        the principal and is at the chunk's revision."""
+        current = dict(answer or ())
+        return all(
+            current.get(self.documents[chunk_id]) == self._revisions[chunk_id]
+            for chunk_id in self.unverified
+        )
 
     def exhaustive(self, limit: int, cursor: Any = None) -> list[tuple[int, float]]:
         """Every visible chunk holding a query term, scored: the reference `ranking` meets."""
@@ -626,16 +680,20 @@ class _Progress:
 
 
 def _round_params(
-    params: dict[str, Any], wanted: list[tuple[float, str, int]], seen: str, size: int
+    params: dict[str, Any],
+    wanted: list[tuple[float, str, int]],
+    seen: str,
+    size: int,
+    check: bool,
 ) -> dict[str, Any]:
     """The parameters of a round (`_ROUND`) reading `wanted` in order, up to `size` chunks
-    not in `seen` (an `_id_array`)."""
+    not in `seen` (an `_id_array`), checking each one's document if `check`."""
     return {
         **params,
         "wanted": _array_literal(_wanted_element(term, value) for _, term, value in wanted),
         "seen": seen,
         "budget": size,
-        "check": size <= CHECKED_ROWS,
+        "check": check,
     }
 
 

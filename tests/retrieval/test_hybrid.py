@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import threading
+import time
 
 import pytest
 from django.db import connection, transaction
@@ -12,7 +14,7 @@ from django.db import connection, transaction
 from bailing_knowledge import constants, services
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Chunk
-from bailing_knowledge.retrieval import hybrid
+from bailing_knowledge.retrieval import hybrid, lexical
 from bailing_knowledge.retrieval.embedders import get_embedder
 from bailing_knowledge.retrieval.hybrid import HybridSearch, Visibility
 from tests.hnsw import rebuild_vector_index
@@ -317,17 +319,106 @@ def test_a_search_sees_one_snapshot_while_its_document_is_reingested():
     assert connection.connection.isolation_level is None
 
 
-def test_a_hit_dropped_as_stale_makes_the_answer_partial(kb):
+@pytest.mark.parametrize("how", ["vector leg", "lexical leg checking as it reads"])
+def test_a_hit_dropped_as_stale_makes_the_answer_partial(kb, how):
     """Inside a caller's transaction (its own isolation), a document changed before the
-    fetch loses its hits: the answer says `partial`, never `ok` with nothing."""
+    fetch loses its hits: the answer says `partial`, never `ok` with nothing. (A lexical
+    leg whose check waits for the fetch finds such a chunk hidden instead and runs again.)"""
     upsert_document(kb, "refunds.md", "Refunds", "# Refunds\n\nA refund takes five days.")
+    if how != "vector leg":
+        hybrid._remember_hidden(hybrid._hidden_key([kb], Visibility()))
 
     def bump() -> None:
         with connection.cursor() as cursor:
             cursor.execute("UPDATE bailing_knowledge_document SET revision = revision + 1")
 
     with connection.execute_wrapper(_before("fetch", bump)):
-        result = HybridSearch("refund", [kb], Visibility()).run(max_hits=3)
+        search = HybridSearch("refund", [kb], Visibility(), use_lexical=how != "vector leg")
+        result = search.run(max_hits=3)
     assert result.hits == []
     assert result.stale == 1
     assert result.status == "partial"
+
+
+def _fetches(sent: list[str]) -> list[str]:
+    return [sql for sql in sent if sql.startswith("/* bk:fetch */")]
+
+
+def _recorder(sent: list[str], checks: list[bool]):
+    """An execute wrapper noting each statement, and whether each lexical round checked its
+    rows' documents (a parameter, or written into a query string of several statements)."""
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql)
+        if isinstance(params, dict) and "check" in params:
+            checks.append(params["check"])
+        checks.extend(word == "true" for word in re.findall(r"CASE WHEN (true|false)", sql))
+        return execute(sql, params, many, context)
+
+    return record
+
+
+def test_a_hidden_leader_found_by_the_fetch_runs_the_search_again_checking_as_it_reads(kb):
+    """The lexical leg leaves its document checks to the fetch; a chunk it ranked that the
+    principal may not see makes the search run again, checking each chunk as it is read,
+    and the next searches of these knowledge bases by that principal check so from the
+    start."""
+    upsert_document(kb, "public.md", "Public", "Our refund policy: five days.")
+    upsert_document(
+        kb, "staff.md", "Staff", "refund refund refund refund", metadata={"audiences": ["staff"]}
+    )
+    titles = dict(Chunk.objects.values_list("pk", "document__title"))
+    customer = Visibility(audience="customer")
+    sent: list[str] = []
+    checks: list[bool] = []
+
+    with connection.execute_wrapper(_recorder(sent, checks)):
+        first = HybridSearch("refund", [kb], customer, use_vector=False).run(max_hits=3)
+    assert [titles[hit.chunk_id] for hit in first.hits] == ["Public"]
+    assert first.status == "ok"
+    fetches = _fetches(sent)
+    assert len(fetches) == 2
+    assert "/* bk:lexical */" in fetches[0]
+    assert "/* bk:lexical */" not in fetches[1]  # checked as read: nothing left to check
+    assert checks == [False, True]  # the round of each run
+
+    sent.clear()
+    checks.clear()
+    with connection.execute_wrapper(_recorder(sent, checks)):
+        again = HybridSearch("refund", [kb], customer, use_vector=False).run(max_hits=3)
+    assert again.hits == first.hits
+    assert len(_fetches(sent)) == 1 and checks == [True]
+    # Who may see the chunk is not held up: it was not their search that met it.
+    staff = HybridSearch("refund", [kb], Visibility(audience="staff"), use_vector=False)
+    assert [titles[hit.chunk_id] for hit in staff.run(max_hits=3).hits] == ["Staff", "Public"]
+
+
+def test_with_every_leader_visible_the_check_rides_on_the_fetch(kb):
+    """No statement of the lexical leg's own checks documents, and none of its rounds looks
+    them up per row: the fetch's query string carries the one check."""
+    for number in range(40):
+        upsert_document(kb, f"doc-{number}.md", f"Doc {number}", "refund policy " * (number + 1))
+    sent: list[str] = []
+    checks: list[bool] = []
+
+    with connection.execute_wrapper(_recorder(sent, checks)):
+        result = HybridSearch("refund policy", [kb], Visibility()).run(max_hits=3)
+    assert result.status == "ok" and len(result.hits) == 3
+    markers = [lexical._VISIBLE.split("WHERE")[0].strip(), "bailing_knowledge_admitted_documents("]
+    apart = [sql for sql in sent if any(marker in sql for marker in markers)]
+    assert apart == _fetches(sent)  # only in the fetch's query string
+    assert checks and not any(checks)
+    assert result.hits == HybridSearch("refund policy", [kb], Visibility()).run(max_hits=3).hits
+
+
+def test_a_hidden_leader_is_remembered_for_a_while_and_for_its_principal_only():
+    kbs = [services.create_knowledge_base(slug, title=slug) for slug in ("one", "two")]
+    customer = hybrid._hidden_key(kbs, Visibility(audience="customer"))
+    hybrid._remember_hidden(customer)
+    assert not hybrid._defers(customer)
+    assert not hybrid._defers(hybrid._hidden_key(kbs[::-1], Visibility(audience="customer")))
+    assert hybrid._defers(hybrid._hidden_key(kbs, Visibility(audience="staff")))
+    assert hybrid._defers(hybrid._hidden_key(kbs[:1], Visibility(audience="customer")))
+    assert hybrid._hidden_met[customer] > time.monotonic() + hybrid.HIDDEN_MEMORY_SECONDS - 60
+    hybrid._hidden_met[customer] = time.monotonic() - 1  # the while is over
+    assert hybrid._defers(customer)

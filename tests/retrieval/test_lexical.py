@@ -270,6 +270,51 @@ def test_hidden_chunks_never_count_towards_the_proven_ranks(
     assert any(marker in query["sql"] for query in queries.captured_queries) is checked_apart
 
 
+@pytest.mark.parametrize("how", ["audience", "not-ready", "stale-revision"])
+def test_a_deferred_check_leaves_every_ranked_chunk_to_the_callers_check(kb, monkeypatch, how):
+    """With its checks deferred, the leg looks no document up, in its rounds or apart, and
+    hands the caller a check of every chunk it ranked, which hidden leaders fail."""
+    monkeypatch.setattr(lexical, "EXACT_RANKS", 3)
+    for number in range(30):
+        upsert_document(
+            kb, f"staff-{number}.md", "Staff", "refund " * 20, metadata={"audiences": ["staff"]}
+        )
+    for number in range(5):
+        upsert_document(kb, f"public-{number}.md", "Public", "refund policy " * (number + 1))
+    visibility = _hide_staff(how)
+    with CaptureQueriesContext(connection) as queries:
+        leg = LexicalLeg("refund", [kb], visibility, kb.language)
+        leg.deferred = True
+        found = leg.ranking(3)
+    marker = lexical._VISIBLE.split("WHERE")[0].strip()
+    assert not any(marker in query["sql"] for query in queries.captured_queries)
+    assert {chunk_id for chunk_id, _ in found} <= leg.unverified
+    sql, params = leg.verification()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        assert not leg.verified(cursor.fetchall())
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_deferred_check_that_passes_gives_the_checked_ranking(kb, seed):
+    """Every leader visible, a leg that deferred its checks ranks as one that checked as it
+    read: each of its decisions saw the same leaders."""
+    _random_corpus(kb, 60, seed)
+    rng = random.Random(seed)
+    for _ in range(12):
+        query = _random_query(rng)
+        checked = LexicalLeg(query, [kb], Visibility(), kb.language).ranking(10)
+        leg = LexicalLeg(query, [kb], Visibility(), kb.language)
+        leg.deferred = True
+        deferred = leg.ranking(10)
+        assert deferred == checked, query
+        statement = leg.verification()  # None when the closing round checked them all
+        if statement is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(*statement)
+                assert leg.verified(cursor.fetchall())
+
+
 def test_hidden_documents_take_no_slot(kb):
     upsert_document(kb, "public.md", "Public", "refund refund policy")
     upsert_document(

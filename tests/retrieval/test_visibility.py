@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from bailing_knowledge import services
 from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.models import Document
 from bailing_knowledge.retrieval.session import configure_search
 from bailing_knowledge.retrieval.visibility import (
     DOCUMENT_VISIBLE_SQL,
@@ -148,3 +149,35 @@ def test_the_open_documents_are_found_in_their_index_alone(kb):
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Only Scan using bk_document_open" in plan, plan
+
+
+@pytest.mark.django_db
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(visibility=PRINCIPALS, metadata=METADATA, status=STATUSES)
+def test_the_admitted_documents_function_applies_the_same_rule(kb, visibility, metadata, status):
+    """Migration 0011's function, which a search's deferred document check calls, admits a
+    document exactly when the SQL the legs filter with sees its current chunks."""
+    if not Document.objects.filter(knowledge_base=kb).exists():
+        upsert_document(kb, "faq", "FAQ", "Refunds take five days.")
+    document = Document.objects.get(knowledge_base=kb)
+    Document.objects.filter(pk=document.pk).update(metadata=metadata, status=status)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT * FROM bailing_knowledge_admitted_documents(%s::bigint[], %s, %s::text[])",
+            [[document.pk], visibility.audience, list(visibility.roles)],
+        )
+        admitted = cursor.fetchall()
+        cursor.execute(
+            _BOTH,
+            {
+                **visibility.params([]),
+                "metadata": json.dumps(metadata),
+                "status": status,
+                "revision": document.revision,
+                "chunk_revision": document.revision,
+            },
+        )
+        _, visible = cursor.fetchone()
+    assert admitted == ([(document.pk, document.revision)] if visible else [])
