@@ -138,14 +138,14 @@ def vector_leg(dataset: Path, chunks: int, rounds: int = 2) -> dict[str, Any]:
 
     from bailing_knowledge.database import vector_index_name
     from bailing_knowledge.models import KnowledgeBase
-    from bailing_knowledge.retrieval import hybrid
     from bailing_knowledge.retrieval.embedders import get_embedder
     from bailing_knowledge.retrieval.session import configure_search
+    from bailing_knowledge.retrieval.vector import VECTOR_OTHER
     from bailing_knowledge.retrieval.visibility import Visibility
 
     kb = KnowledgeBase.objects.get(slug=build.KB_SLUG)
     embedder = get_embedder()
-    sql = hybrid._VECTOR_OTHER.format(dimensions=embedder.dimensions)
+    sql = VECTOR_OTHER.format(dimensions=embedder.dimensions)
     data = load_beir(dataset)
 
     def params(query: str) -> dict[str, Any]:

@@ -19,20 +19,18 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import psycopg.errors
 from django.db import DatabaseError, connection
 
-from .. import constants
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .embedders import EmbedderError, get_embedder
 from .lexical import STREAM_ROWS, LexicalLeg
 from .session import SearchTransaction, Statement, configure_statement, search_transaction
+from .vector import vector_statement
 from .visibility import (
-    VISIBLE_SQL,
     Visibility,
     group_knowledge_bases,
     searchable_knowledge_bases,
@@ -44,43 +42,6 @@ logger = logging.getLogger("bailing_knowledge")
 
 # Measured on NFCorpus and CMRC 2018 (docs/performance.md): 10 beats the customary 60 on both.
 RRF_K = 10
-
-# The nearest chunks are found by the HNSW index, which holds half-precision vectors: the
-# ORDER BY is the indexed expression, `embedding::halfvec(384) <=> query::halfvec(384)`,
-# written exactly so the planner can use the index. The distance returned (and compared with
-# `max_distance`) is the exact one on the full-precision vectors; the outer query re-sorts
-# the candidates by it.
-_VECTOR_INDEXED = f"""/* bk:vector */
-WITH nearest AS MATERIALIZED (
-    SELECT c.id, c.document_id,
-           c.embedding::vector({constants.INDEXED_EMBEDDING_DIMENSIONS})
-             <=> %(vector)s::vector({constants.INDEXED_EMBEDDING_DIMENSIONS}) AS distance
-    FROM bailing_knowledge_chunk c, bailing_knowledge_document d
-    WHERE c.embedding_dimensions = {constants.INDEXED_EMBEDDING_DIMENSIONS} AND {VISIBLE_SQL}
-    ORDER BY c.embedding::halfvec({constants.INDEXED_EMBEDDING_DIMENSIONS})
-             <=> %(vector)s::halfvec({constants.INDEXED_EMBEDDING_DIMENSIONS})
-    LIMIT %(limit)s
-)
-SELECT id, distance, document_id FROM nearest WHERE distance <= %(max_distance)s
-ORDER BY distance, id
-"""
-
-# Other dimensions: `{dimensions}` is written into the SQL (an int) so that an operator's
-# partial index `USING hnsw ((embedding::halfvec(N)) halfvec_cosine_ops) WHERE
-# embedding_dimensions = N` matches the ORDER BY expression; without one the search is exact
-# (on half-precision vectors). The distance returned is, as above, the full-precision one.
-_VECTOR_OTHER = f"""/* bk:vector */
-WITH nearest AS MATERIALIZED (
-    SELECT c.id, c.document_id,
-           c.embedding::vector({{dimensions}}) <=> %(vector)s::vector({{dimensions}}) AS distance
-    FROM bailing_knowledge_chunk c, bailing_knowledge_document d
-    WHERE c.embedding_dimensions = {{dimensions}} AND {VISIBLE_SQL}
-    ORDER BY c.embedding::halfvec({{dimensions}}) <=> %(vector)s::halfvec({{dimensions}})
-    LIMIT %(limit)s
-)
-SELECT id, distance, document_id FROM nearest WHERE distance <= %(max_distance)s
-ORDER BY distance, id
-"""
 
 # The hits that will be returned, checked against the document as it is now: ready, at the
 # chunk's revision, in scope, and the chunk's text still the body's at its offsets
@@ -148,13 +109,6 @@ class _Leg:
     kb_ids: list[int] = field(default_factory=list)
     embedder: str = ""
     lexical: LexicalLeg | None = None
-
-
-@lru_cache(maxsize=8)
-def _vector_format(dimensions: int) -> str:
-    """The `%` format of a vector literal (`[0.1234567,...]`, seven significant digits): one
-    formatting call per query rather than one per component."""
-    return "[" + ",".join(["%.7g"] * dimensions) + "]"
 
 
 def _is_timeout(exc: DatabaseError) -> bool:
@@ -430,20 +384,9 @@ class HybridSearch:
     def _vector_statement(self, leg: _Leg) -> Statement:
         """The vector leg's statement: the query embedded by the leg's embedder (which may
         fail: `EmbedderError`)."""
-        embedder = get_embedder(leg.embedder)
-        vector = embedder.embed_query(self.query)
-        literal = _vector_format(len(vector)) % tuple(vector)
-        # Cosine distance is 1 - similarity: neighbours below the similarity floor are noise.
-        max_distance = 1.0 - float(knowledge_settings.SEARCH_MIN_SIMILARITY)
-        params = {
-            **self.visibility.params(leg.kb_ids),
-            "vector": literal,
-            "limit": self.candidates,
-            "max_distance": max_distance,
-        }
-        if embedder.dimensions == constants.INDEXED_EMBEDDING_DIMENSIONS:
-            return _VECTOR_INDEXED, params
-        return _VECTOR_OTHER.format(dimensions=int(embedder.dimensions)), params
+        return vector_statement(
+            self.query, leg.embedder, self.visibility.params(leg.kb_ids), self.candidates
+        )
 
     def _vector(self, cursor: Any, leg: _Leg) -> list[int]:
         cursor.execute(*self._vector_statement(leg))

@@ -26,7 +26,7 @@ chunks contain a term. Before a chunk counts among the best, its document is che
 or decides when reading stops: by the statement that reads it when the round reads few
 chunks (`CHECKED_ROWS`: the first round, or one the budget cuts short) and in the closing
 round, which reads few (65 at the median at 100k, 647 at most); else, in a statement of its
-own, for the chunks that would rank only (`_VISIBLE`). A leg with `deferred` checks none
+own, for the chunks that would rank only (`rounds.VISIBLE`). A leg with `deferred` checks none
 itself (but in the closing round): it notes every chunk that was a leader at a decision
 (`unverified`) and hands the caller a statement to check them with its own (`verification`).
 
@@ -51,31 +51,21 @@ is taken only while they are short (`COMBINED_POSTINGS`); otherwise levels are r
 from __future__ import annotations
 
 import itertools
-import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from itertools import pairwise
 from typing import Any
 
 from django.db import connection, transaction
 
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
+from . import rounds
 from .analysis import query_terms
 from .bm25 import SLACK, Bm25, Leaders, Scorer, level_floor, reaching_combinations, top
-from .postings import SEPARATOR, lexeme, quoted
 from .session import Answer, Statement, configure_search, stream_rows
 from .statistics import Statistics, recall, remember
-from .visibility import (
-    DOCUMENT_VISIBLE_SQL,
-    OPEN_DOCUMENT_SQL,
-    Visibility,
-    group_knowledge_bases,
-)
-
-logger = logging.getLogger("bailing_knowledge")
+from .visibility import Visibility, group_knowledge_bases
 
 #: Longest query the leg analyses, in terms.
 MAX_QUERY_TERMS = 32
@@ -97,14 +87,6 @@ MAX_ROUNDS = 12
 #: exact top 10s of 323.
 FIRST_ROUND = 200
 GROWTH = 10
-#: Lexemes one round asks for at most (the SQL stays small; the next round goes on), and
-#: the chunk count under which a term is looked up once for all its levels (each lookup
-#: costs, more so while the GIN index has entries pending). Up to about what a second round
-#: reads: a rarer term is then read whole without holding up the others' levels; at 100k
-#: NFCorpus chunks 300 instead of 1,000 took the median query from 773 chunks read in three
-#: rounds to 500 in two.
-ROUND_LEXEMES = 400
-FEW = 300
 #: The ranks reading stops for (`SEARCH_LEXICAL_PRUNING` loosens the stop): a search uses
 #: the first ranks (3 hints at most; fusion weighs rank 1 five times rank 40), the rest are
 #: the best found.
@@ -114,9 +96,9 @@ EXACT_RANKS = 10
 #: Counted over every knowledge base: the index lists all of their chunks.
 COMBINED_POSTINGS = 10_000
 #: Rounds of up to this many chunks (the first one) check their documents in the statement
-#: itself, a lookup per row: cheaper than a statement of its own for a few hundred rows. Larger
-#: rounds check only the chunks that would rank, in a statement of their own (`_VISIBLE`); the
-#: closing round always checks its rows, which are few.
+#: itself, a lookup per row: cheaper than a statement of its own for a few hundred rows.
+#: Larger rounds check only the chunks that would rank, in a statement of their own
+#: (`rounds.VISIBLE`); the closing round always checks its rows, which are few.
 CHECKED_ROWS = FIRST_ROUND
 #: Rows scored at a time while a round's answer still arrives (`session.stream_rows`, and
 #: `session.run_each` for a first round sent with the opening statements): the scoring
@@ -127,83 +109,6 @@ CHECKED_ROWS = FIRST_ROUND
 STREAM_ROWS = 50
 # --------------------------------------------------------------------------------------------
 # The leg
-
-
-# Whether the document of chunk `c` lets it be seen, or NULL when `check` is false (see
-# `CHECKED_ROWS`). Scalar subqueries, a lookup by key per row, not EXISTS: the planner would
-# hash EXISTS over every document of the database. A document open to everyone is found in
-# the index of those alone (`OPEN_DOCUMENT_SQL`); only a chunk of another reads its
-# document's row. At a million chunks, that took a first round of 200 chunks from 2.86 to
-# 2.59 ms of server time; what remains of its check is about 0.8 ms (docs/performance.md).
-_CHECKED = f"""CASE WHEN %(check)s THEN coalesce(
-           (SELECT true FROM bailing_knowledge_document d WHERE {OPEN_DOCUMENT_SQL}),
-           (SELECT true FROM bailing_knowledge_document d WHERE {DOCUMENT_VISIBLE_SQL}),
-           false) END"""  # noqa: S608
-
-# Each level is looked up in the GIN index on its own (a lateral join over the lexemes
-# wanted): the planner cannot mistake a round for a scan of the table, however common its
-# terms. A chunk found through two terms comes twice (the caller keeps one). The KB filter
-# is here; the document's state and audience are checked before a chunk counts (`_CHECKED`,
-# the last column, or `_VISIBLE` for the leaders).
-_ROUND = f"""/* bk:lexical */
-SELECT c.id, c.lexical_length,
-       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, w.position,
-       c.document_id, c.revision, {_CHECKED}
-FROM unnest(%(wanted)s::text[]) WITH ORDINALITY AS w(lexeme, position)
-CROSS JOIN LATERAL (
-    SELECT c.id, c.document_id, c.revision, c.lexical_length, c.lexical_terms
-    FROM bailing_knowledge_chunk c
-    WHERE c.search_vector @@ w.lexeme::tsquery
-      -- Written so that no index serves it: the GIN index must (see above).
-      AND c.knowledge_base_id + 0 = ANY(%(kbs)s)
-      AND c.id <> ALL(%(seen)s::bigint[])
-) c
-LIMIT %(budget)s
-"""  # noqa: S608
-
-# The closing round: every unread chunk holding one of the combinations of terms that could
-# still reach the proven ranks (`bm25.reaching_combinations`), as one tsquery of ANDs under an OR.
-_COMBINED = f"""/* bk:lexical */
-SELECT c.id, c.lexical_length,
-       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, 0,
-       c.document_id, c.revision, {_CHECKED}
-FROM bailing_knowledge_chunk c
-WHERE c.search_vector @@ %(combined)s::tsquery
-  AND c.knowledge_base_id + 0 = ANY(%(kbs)s)
-  AND c.id <> ALL(%(seen)s::bigint[])
-LIMIT %(budget)s
-"""  # noqa: S608
-
-# How many chunks of every knowledge base hold the terms: what the GIN index's lists hold.
-_ALL_POSTINGS = f"""/* bk:lexicon */
-SELECT coalesce(sum(l.chunks), 0)
-FROM {KnowledgeBase._meta.db_table} k
-JOIN bailing_knowledge_lexicon l ON l.knowledge_base_id = k.id AND l.term = ANY(%(terms)s)
-"""  # noqa: S608
-
-# SQL from module constants only; values go in as parameters.
-_VISIBLE = f"""/* bk:lexical */
-SELECT c.id FROM bailing_knowledge_chunk c, bailing_knowledge_document d
-WHERE c.id = ANY(%(ids)s::bigint[]) AND {DOCUMENT_VISIBLE_SQL}
-"""  # noqa: S608
-
-# The documents, of those asked for, that admit the principal, and their revisions: whose
-# chunks are visible (`LexicalLeg.verification`). A function of migration 0011, whose plan
-# the connection keeps: planning the same query sent alone cost more than running it.
-_ADMITTED = """/* bk:lexical */
-SELECT * FROM bailing_knowledge_admitted_documents(
-    %(ids)s::bigint[], %(audience)s::text, %(roles)s::text[]
-)
-"""
-
-# The reference: every chunk holding a query term, visible ones only.
-_EVERY = f"""/* bk:lexical */
-SELECT c.id, c.lexical_length,
-       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text
-FROM bailing_knowledge_chunk c, bailing_knowledge_document d
-WHERE c.search_vector @@ %(tsquery)s::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
-  AND {DOCUMENT_VISIBLE_SQL}
-"""  # noqa: S608
 
 
 class LexicalLeg:
@@ -260,13 +165,15 @@ class LexicalLeg:
         idf = self._idf(planned) if planned is not None else None
         if planned is not None and idf:
             frontier = {term: planned.top[term] for term in idf}
-            wanted = _levels_wanted(self._scorer(planned, idf), planned, frontier, 0.0)
+            wanted = rounds.levels_wanted(self._scorer(planned, idf), planned, frontier, 0.0)
             size = min(FIRST_ROUND, int(knowledge_settings.SEARCH_LEXICAL_READ_BUDGET))
             if wanted and size > 0:
                 self._early = _Early(wanted, frontier, size)
                 params = {**self.visibility.params(self.kb_ids), "terms": self.terms}
-                round_params = _round_params(params, wanted, _id_array(), size, self._checks(size))
-                statements.append((_ROUND, round_params))
+                round_params = rounds.round_params(
+                    params, wanted, rounds.id_array(), size, self._checks(size)
+                )
+                statements.append((rounds.ROUND, round_params))
         return statements
 
     def opened(self, place: int, answer: Answer) -> None:
@@ -294,7 +201,7 @@ class LexicalLeg:
     ) -> None:
         if early.read is None:
             self.rounds += 1
-            early.read = _Read()
+            early.read = rounds.Read()
         if rows:
             self._consume(early.read, rows, progress.scorer, progress.scores, progress.leaders)
 
@@ -397,18 +304,18 @@ class LexicalLeg:
                 trusted = early.trusted(frontier)
                 early = None
             else:
-                wanted = _levels_wanted(scorer, progress.stats, frontier, floor)
+                wanted = rounds.levels_wanted(scorer, progress.stats, frontier, floor)
                 if not wanted:
                     break
                 self.rounds += 1
                 size = min(size, budget)
                 read = self._read(
                     cursor,
-                    _ROUND,
-                    _round_params(
+                    rounds.ROUND,
+                    rounds.round_params(
                         params,
                         wanted,
-                        _id_array(scores, self._hidden),
+                        rounds.id_array(scores, self._hidden),
                         size,
                         self._checks(size),
                     ),
@@ -452,7 +359,7 @@ class LexicalLeg:
         terms = sorted(set(itertools.chain(*combinations)))
         if sum(stats.df[term] for term in terms) > COMBINED_POSTINGS:
             return False
-        cursor.execute(_ALL_POSTINGS, {"terms": terms})
+        cursor.execute(rounds.ALL_POSTINGS, {"terms": terms})
         return int(cursor.fetchone()[0]) <= COMBINED_POSTINGS
 
     def _close(
@@ -468,15 +375,16 @@ class LexicalLeg:
         """The closing round: every unread chunk holding one of `combinations`, scored."""
         self.rounds += 1
         tsquery = " | ".join(
-            "(" + " & ".join(_wanted(term, -1) for term in group) + ")" for group in combinations
+            "(" + " & ".join(rounds.level_query(term, -1) for term in group) + ")"
+            for group in combinations
         )
         read = self._read(
             cursor,
-            _COMBINED,
+            rounds.COMBINED,
             {
                 **params,
                 "combined": tsquery,
-                "seen": _id_array(scores, self._hidden),
+                "seen": rounds.id_array(scores, self._hidden),
                 "budget": budget,
                 "check": True,  # it reads few chunks (CHECKED_ROWS)
             },
@@ -496,9 +404,9 @@ class LexicalLeg:
         scorer: Scorer,
         scores: dict[int, float],
         leaders: Leaders,
-    ) -> _Read:
+    ) -> rounds.Read:
         """Run a round's statement, scoring its rows batch by batch as they arrive."""
-        read = _Read()
+        read = rounds.Read()
 
         def consume(rows: Sequence[tuple[Any, ...]]) -> None:
             self._consume(read, rows, scorer, scores, leaders)
@@ -508,14 +416,14 @@ class LexicalLeg:
 
     def _consume(
         self,
-        read: _Read,
+        read: rounds.Read,
         rows: Sequence[tuple[Any, ...]],
         scorer: Scorer,
         scores: dict[int, float],
         leaders: Leaders,
     ) -> None:
         """Score a batch of a round's rows, noting where in the lexemes asked for they end."""
-        read.in_order = read.in_order and read.last <= rows[0][3] and _in_order(rows)
+        read.in_order = read.in_order and read.last <= rows[0][3] and rounds.in_order(rows)
         read.rows += len(rows)
         read.last = rows[-1][3]
         self._take(rows, scorer, scores, leaders)
@@ -559,7 +467,7 @@ class LexicalLeg:
             unchecked = [i for i in leaders.ids() if i not in self._visible]
             if not unchecked:
                 return
-            cursor.execute(_VISIBLE, {**params, "ids": _id_array(unchecked)})
+            cursor.execute(rounds.VISIBLE, {**params, "ids": rounds.id_array(unchecked)})
             visible = {row[0] for row in cursor.fetchall()}
             self._visible |= visible
             hidden = [chunk_id for chunk_id in unchecked if chunk_id not in visible]
@@ -576,7 +484,7 @@ class LexicalLeg:
         if not self.unverified:
             return None
         documents = {self.documents[chunk_id] for chunk_id in self.unverified}
-        return _ADMITTED, {**self.visibility.params(()), "ids": _id_array(documents)}
+        return rounds.ADMITTED, {**self.visibility.params(()), "ids": rounds.id_array(documents)}
 
     def verified(self, answer: Answer) -> bool:
         """Whether every chunk `verification` asked about is visible: its document admits
@@ -599,53 +507,15 @@ class LexicalLeg:
         stats, idf = prepared
         scorer = self._scorer(stats, idf)
         cursor.execute(
-            _EVERY,
+            rounds.EVERY,
             {
                 **self.visibility.params(self.kb_ids),
                 "terms": list(idf),
-                "tsquery": " | ".join(_wanted(term, -1) for term in idf),
+                "tsquery": " | ".join(rounds.level_query(term, -1) for term in idf),
             },
         )
         scores = {row[0]: scorer.score(row[2], row[1]) for row in cursor.fetchall()}
         return top(scores.items(), limit)
-
-
-def _levels_wanted(
-    scorer: Scorer, stats: Statistics, frontier: dict[str, int], floor: float
-) -> list[tuple[float, str, int]]:
-    """Every unread level whose bound reaches `floor`, heaviest bound first (ties in the
-    order of the terms, then of the levels): a round reads them in that order until its size
-    is reached. A term found in few chunks is one lookup for all its levels (value -1)."""
-    levels: list[tuple[float, str, int]] = []
-    for term, highest in frontier.items():
-        if highest < 0:
-            continue
-        bounds = scorer.bounds(term)
-        if stats.df[term] <= FEW:
-            if bounds[highest] >= floor:
-                levels.append((bounds[highest], term, -1))
-            continue
-        for value in range(highest, -1, -1):
-            bound = bounds[value]
-            if bound < floor:
-                break  # a term's bounds fall with its level (`Scorer.bounds`)
-            levels.append((bound, term, value))
-    levels.sort(key=_heaviest)
-    return levels[:ROUND_LEXEMES]
-
-
-def _heaviest(item: tuple[float, str, int]) -> float:
-    return -item[0]
-
-
-@dataclass
-class _Read:
-    """What a round's statement returned: its rows, the position (in the lexemes asked for) of
-    the last one, and whether positions came in order."""
-
-    rows: int = 0
-    last: int = 0
-    in_order: bool = True
 
 
 @dataclass
@@ -656,7 +526,7 @@ class _Early:
     wanted: list[tuple[float, str, int]]
     began: dict[str, int]
     size: int
-    read: _Read | None = None
+    read: rounds.Read | None = None
 
     def trusted(self, frontier: dict[str, int]) -> set[str]:
         """The terms whose levels the plan read from their highest one down: it began at
@@ -677,64 +547,6 @@ class _Progress:
     scores: dict[int, float] = field(default_factory=dict)
     #: The first round, answered with the statistics (`LexicalLeg.opened`).
     early: _Early | None = None
-
-
-def _round_params(
-    params: dict[str, Any],
-    wanted: list[tuple[float, str, int]],
-    seen: str,
-    size: int,
-    check: bool,
-) -> dict[str, Any]:
-    """The parameters of a round (`_ROUND`) reading `wanted` in order, up to `size` chunks
-    not in `seen` (an `_id_array`), checking each one's document if `check`."""
-    return {
-        **params,
-        "wanted": _array_literal(_wanted_element(term, value) for _, term, value in wanted),
-        "seen": seen,
-        "budget": size,
-        "check": check,
-    }
-
-
-def _in_order(rows: Sequence[tuple[Any, ...]]) -> bool:
-    """Rows came level by level, in the order asked (the plan's nested loop keeps it)."""
-    return all(a[3] <= b[3] for a, b in pairwise(rows))
-
-
-def _id_array(*groups: Iterable[int]) -> str:
-    """An array literal of ids (`{1,2,3}`), cast to `bigint[]` in SQL: one join instead of
-    the driver's adaptation of each id (up to the read budget's worth), every round."""
-    return _array_literal(map(str, itertools.chain(*groups)))
-
-
-def _text_array(items: Iterable[str]) -> str:
-    """An array literal of strings, cast to `text[]` in SQL: one string for the driver to
-    quote instead of up to `ROUND_LEXEMES` elements, each quoted in Python, every round."""
-    return _array_literal(map(_array_element, items))
-
-
-def _array_literal(elements: Iterable[str]) -> str:
-    return "{" + ",".join(elements) + "}"
-
-
-def _array_element(item: str) -> str:
-    """`item` as an element of an array literal: in double quotes, its own escaped."""
-    return '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-@lru_cache(maxsize=65536)
-def _wanted_element(term: str, value: int) -> str:
-    """`_wanted` as an array element, escaped once."""
-    return _array_element(_wanted(term, value))
-
-
-@lru_cache(maxsize=65536)
-def _wanted(term: str, value: int) -> str:
-    """The tsquery of one level of a term, or of all its levels (`value` -1)."""
-    if value < 0:
-        return quoted(term + SEPARATOR) + ":*"
-    return quoted(lexeme(term, value))
 
 
 # --------------------------------------------------------------------------------------------

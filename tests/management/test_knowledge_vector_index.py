@@ -16,9 +16,9 @@ from django.db import connection, transaction
 from bailing_knowledge import services
 from bailing_knowledge.database import vector_index_name, vector_index_state
 from bailing_knowledge.ingestion.documents import upsert_document
-from bailing_knowledge.retrieval import hybrid
 from bailing_knowledge.retrieval.embedders import get_embedder
 from bailing_knowledge.retrieval.hybrid import HybridSearch, Visibility
+from bailing_knowledge.retrieval.vector import VECTOR_OTHER
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,7 +51,7 @@ def plan(dimensions: int, kb_id: int, vector: list[float]) -> str:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("SET LOCAL enable_sort = off")
         cursor.execute("SET LOCAL enable_bitmapscan = off")
-        cursor.execute("EXPLAIN " + hybrid._VECTOR_OTHER.format(dimensions=dimensions), params)
+        cursor.execute("EXPLAIN " + VECTOR_OTHER.format(dimensions=dimensions), params)
         return "\n".join(row[0] for row in cursor.fetchall())
 
 

@@ -14,9 +14,10 @@ from django.db import connection, transaction
 from bailing_knowledge import constants, services
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Chunk
-from bailing_knowledge.retrieval import hybrid, lexical
+from bailing_knowledge.retrieval import hybrid, rounds
 from bailing_knowledge.retrieval.embedders import get_embedder
 from bailing_knowledge.retrieval.hybrid import HybridSearch, Visibility
+from bailing_knowledge.retrieval.vector import VECTOR_INDEXED, VECTOR_OTHER
 from tests.hnsw import rebuild_vector_index
 
 pytestmark = pytest.mark.django_db
@@ -89,8 +90,8 @@ def small_kb(settings, route):
 
 def _vector_leg_sql(dimensions: int) -> str:
     if dimensions == constants.INDEXED_EMBEDDING_DIMENSIONS:
-        return hybrid._VECTOR_INDEXED
-    return hybrid._VECTOR_OTHER.format(dimensions=dimensions)
+        return VECTOR_INDEXED
+    return VECTOR_OTHER.format(dimensions=dimensions)
 
 
 def _literal(vector) -> str:
@@ -126,7 +127,7 @@ def test_the_vector_leg_scans_the_hnsw_index(kb):
     vector = get_embedder().embed_query("refund for a broken charger")
     literal = "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
     plan = _plan(
-        hybrid._VECTOR_INDEXED,
+        VECTOR_INDEXED,
         _params(kb, vector=literal, limit=40, max_distance=0.9),
         ordered=True,
     )
@@ -183,7 +184,7 @@ WITH (m = 8, ef_construction = 32) WHERE embedding_dimensions = 64
 def test_other_dimensions_use_an_operators_halfvec_index(small_kb):
     literal = _literal(get_embedder("small").embed_query("refund for a broken charger"))
     params = _params(small_kb, vector=literal, limit=40, max_distance=0.9)
-    sql = hybrid._VECTOR_OTHER.format(dimensions=64)
+    sql = VECTOR_OTHER.format(dimensions=64)
     assert "bk_chunk_embedding_hnsw" not in _plan(sql, params, ordered=True)
     # Before any row: CREATE INDEX refuses to run with deferred constraint checks pending.
     with connection.cursor() as cursor:
@@ -409,7 +410,7 @@ def test_with_every_leader_visible_the_check_rides_on_the_fetch(kb):
     with connection.execute_wrapper(_recorder(sent, checks)):
         result = HybridSearch("refund policy", [kb], Visibility()).run(max_hits=3)
     assert result.status == "ok" and len(result.hits) == 3
-    markers = [lexical._VISIBLE.split("WHERE")[0].strip(), "bailing_knowledge_admitted_documents("]
+    markers = [rounds.VISIBLE.split("WHERE")[0].strip(), "bailing_knowledge_admitted_documents("]
     apart = [sql for sql in sent if any(marker in sql for marker in markers)]
     assert apart == _fetches(sent)  # only in the fetch's query string
     assert checks and not any(checks)

@@ -10,8 +10,6 @@ import pytest
 from django.db import connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
-from hypothesis import given
-from hypothesis import strategies as st
 
 from bailing_knowledge import services
 from bailing_knowledge.ingestion.documents import (
@@ -21,8 +19,7 @@ from bailing_knowledge.ingestion.documents import (
     upsert_documents,
 )
 from bailing_knowledge.models import Chunk, Document
-from bailing_knowledge.retrieval import lexical, session, statistics
-from bailing_knowledge.retrieval.bm25 import Scorer
+from bailing_knowledge.retrieval import lexical, rounds, session, statistics
 from bailing_knowledge.retrieval.lexical import (
     STREAM_ROWS,
     Bm25,
@@ -135,7 +132,7 @@ def test_every_rank_is_exact_when_all_are_proven(kb, monkeypatch):
 
 def test_a_common_term_is_not_read_whole(kb, monkeypatch):
     """The first ranks of a term found everywhere come without reading every match."""
-    monkeypatch.setattr(lexical, "FEW", 50)  # "common" at this corpus' scale
+    monkeypatch.setattr(rounds, "FEW", 50)  # "common" at this corpus' scale
     rng = random.Random(2)
 
     def inputs():
@@ -160,7 +157,7 @@ def test_pruning_stops_early_and_misses_nothing_beyond_its_factor(
     """Stopping once no unread chunk can score more than `pruning` times the 10th score: what
     is found is scored exactly, no chunk left out of the first 10 scores more than that, and
     no search reads more than the exact proof."""
-    monkeypatch.setattr(lexical, "FEW", 5)  # levels read one by one at this corpus' scale
+    monkeypatch.setattr(rounds, "FEW", 5)  # levels read one by one at this corpus' scale
     monkeypatch.setattr(lexical, "FIRST_ROUND", 20)
     monkeypatch.setattr(lexical, "CHECKED_ROWS", 20)
     _random_corpus(kb, 150, seed=9)
@@ -266,7 +263,7 @@ def test_hidden_chunks_never_count_towards_the_proven_ranks(
     assert all(keys[chunk_id].startswith("public-") for chunk_id, _ in found)
     assert leg.rounds == 1
     assert leg.chunks_read == len(keys)  # the hidden ones too: none is read twice
-    marker = lexical._VISIBLE.split("WHERE")[0].strip()
+    marker = rounds.VISIBLE.split("WHERE")[0].strip()
     assert any(marker in query["sql"] for query in queries.captured_queries) is checked_apart
 
 
@@ -286,7 +283,7 @@ def test_a_deferred_check_leaves_every_ranked_chunk_to_the_callers_check(kb, mon
         leg = LexicalLeg("refund", [kb], visibility, kb.language)
         leg.deferred = True
         found = leg.ranking(3)
-    marker = lexical._VISIBLE.split("WHERE")[0].strip()
+    marker = rounds.VISIBLE.split("WHERE")[0].strip()
     assert not any(marker in query["sql"] for query in queries.captured_queries)
     assert {chunk_id for chunk_id, _ in found} <= leg.unverified
     sql, params = leg.verification()
@@ -352,7 +349,7 @@ def test_a_round_is_served_by_an_index(kb, check):
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(
-            "EXPLAIN " + lexical._ROUND,
+            "EXPLAIN " + rounds.ROUND,
             {
                 **Visibility().params([kb.pk]),
                 "terms": ["w000"],
@@ -381,7 +378,7 @@ def test_a_closing_round_over_term_combinations_keeps_the_top_k_exact(
     with documents hidden from the caller among them, and when the posting lists are too
     long for the round and levels are read on instead."""
     monkeypatch.setattr(lexical, "FIRST_ROUND", 8)
-    monkeypatch.setattr(lexical, "FEW", 5)
+    monkeypatch.setattr(rounds, "FEW", 5)
     monkeypatch.setattr(lexical, "COMBINED_POSTINGS", postings)
     _random_corpus(kb, 120, seed=21)
     # A third of the documents only staff may see.
@@ -408,7 +405,7 @@ def test_the_closing_round_counts_the_postings_of_every_knowledge_base(kb, monke
     """The GIN index lists the chunks of every knowledge base: a term common in another one
     makes its lists too long for the round, however rare it is in the one searched."""
     monkeypatch.setattr(lexical, "FIRST_ROUND", 8)
-    monkeypatch.setattr(lexical, "FEW", 5)
+    monkeypatch.setattr(rounds, "FEW", 5)
     _random_corpus(kb, 120, seed=21)
     queries = [" ".join(random.Random(n).sample(VOCABULARY[:40], k=4)) for n in range(30)]
 
@@ -423,47 +420,6 @@ def test_the_closing_round_counts_the_postings_of_every_knowledge_base(kb, monke
     other = services.create_knowledge_base("archive")
     _random_corpus(other, 200, seed=5)
     assert closing_rounds() == 0
-
-
-@given(st.lists(st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]))))
-def test_array_literals_round_trip_through_postgresql(items):
-    """The lexemes a round asks for go to PostgreSQL as one `text[]` literal, whatever
-    quotes, backslashes, braces or commas the terms hold."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT %s::text[]", [lexical._text_array(items)])
-        assert cursor.fetchone()[0] == items
-
-
-@given(
-    tops=st.lists(st.integers(-2, 99), min_size=1, max_size=6),
-    dfs=st.lists(st.integers(1, 3 * lexical.FEW), min_size=6, max_size=6),
-    floor=st.floats(0.0, 4.0, allow_nan=False),
-)
-def test_a_round_wants_every_level_over_the_floor_heaviest_first(tops, dfs, floor):
-    """The levels a round asks for, against their definition: every unread level whose bound
-    reaches the floor (a term of few chunks: one lookup for all of them), heaviest first,
-    ties in the order of the terms and then of the levels."""
-    terms = [f"t{index}" for index in range(len(tops))]
-    idf = {term: 0.5 + index for index, term in enumerate(terms)}
-    scorer = Scorer(Bm25(1.2, 0.75), 120.0, idf)
-    stats = statistics.Statistics(
-        chunks=10_000,
-        average_length=120.0,
-        df=dict(zip(terms, dfs, strict=False)),
-        top=dict(zip(terms, tops, strict=False)),
-    )
-    frontier = dict(zip(terms, tops, strict=True))
-    expected = sorted(
-        (
-            (scorer.bound(term, value), term, -1 if stats.df[term] <= lexical.FEW else value)
-            for term in terms
-            for value in range(frontier[term], -1, -1)
-            if scorer.bound(term, value) >= floor
-            and (stats.df[term] > lexical.FEW or value == frontier[term])
-        ),
-        key=lambda item: -item[0],
-    )[: lexical.ROUND_LEXEMES]
-    assert lexical._levels_wanted(scorer, stats, frontier, floor) == expected
 
 
 def _same(found: list[tuple[int, float]], expected: list[tuple[int, float]]) -> bool:
@@ -524,7 +480,7 @@ def test_a_first_round_planned_from_outdated_statistics_finds_the_same(kb, monke
     """What the process remembers only plans the first round: a term whose highest level
     is now above where the plan began is read again from the top; the ranking is the one
     the search's own statistics give."""
-    monkeypatch.setattr(lexical, "FEW", 0)  # every term read level by level
+    monkeypatch.setattr(rounds, "FEW", 0)  # every term read level by level
     for number in range(24):
         upsert_document(kb, f"other-{number}.md", "Notes", " ".join(VOCABULARY[number::7]))
     for number in range(8):

@@ -1,0 +1,204 @@
+"""The lexical leg's statements: what a round asks PostgreSQL for, and in which words.
+
+`lexical.LexicalLeg` decides what to read and when to stop; this module says how: which
+lexemes a round wants (`levels_wanted`), the SQL of a round, of the closing round and of the
+document checks, their parameters (`round_params`, the array literals), and how a round's
+rows came (`Read`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import pairwise
+from typing import Any
+
+from ..models import KnowledgeBase
+from .bm25 import Scorer
+from .postings import SEPARATOR, lexeme, quoted
+from .statistics import Statistics
+from .visibility import DOCUMENT_VISIBLE_SQL, OPEN_DOCUMENT_SQL
+
+#: Lexemes one round asks for at most (the SQL stays small; the next round goes on), and
+#: the chunk count under which a term is looked up once for all its levels (each lookup
+#: costs, more so while the GIN index has entries pending). Up to about what a second round
+#: reads: a rarer term is then read whole without holding up the others' levels; at 100k
+#: NFCorpus chunks 300 instead of 1,000 took the median query from 773 chunks read in three
+#: rounds to 500 in two.
+ROUND_LEXEMES = 400
+FEW = 300
+
+
+# Whether the document of chunk `c` lets it be seen, or NULL when `check` is false (see
+# `lexical.CHECKED_ROWS`). Scalar subqueries, a lookup by key per row, not EXISTS: the planner would
+# hash EXISTS over every document of the database. A document open to everyone is found in
+# the index of those alone (`OPEN_DOCUMENT_SQL`); only a chunk of another reads its
+# document's row. At a million chunks, that took a first round of 200 chunks from 2.86 to
+# 2.59 ms of server time; what remains of its check is about 0.8 ms (docs/performance.md).
+_CHECKED = f"""CASE WHEN %(check)s THEN coalesce(
+           (SELECT true FROM bailing_knowledge_document d WHERE {OPEN_DOCUMENT_SQL}),
+           (SELECT true FROM bailing_knowledge_document d WHERE {DOCUMENT_VISIBLE_SQL}),
+           false) END"""  # noqa: S608
+
+# Each level is looked up in the GIN index on its own (a lateral join over the lexemes
+# wanted): the planner cannot mistake a round for a scan of the table, however common its
+# terms. A chunk found through two terms comes twice (the caller keeps one). The KB filter
+# is here; the document's state and audience are checked before a chunk counts (`_CHECKED`,
+# the last column, or `VISIBLE` for the leaders).
+ROUND = f"""/* bk:lexical */
+SELECT c.id, c.lexical_length,
+       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, w.position,
+       c.document_id, c.revision, {_CHECKED}
+FROM unnest(%(wanted)s::text[]) WITH ORDINALITY AS w(lexeme, position)
+CROSS JOIN LATERAL (
+    SELECT c.id, c.document_id, c.revision, c.lexical_length, c.lexical_terms
+    FROM bailing_knowledge_chunk c
+    WHERE c.search_vector @@ w.lexeme::tsquery
+      -- Written so that no index serves it: the GIN index must (see above).
+      AND c.knowledge_base_id + 0 = ANY(%(kbs)s)
+      AND c.id <> ALL(%(seen)s::bigint[])
+) c
+LIMIT %(budget)s
+"""  # noqa: S608
+
+# The closing round: every unread chunk holding one of the combinations of terms that could
+# still reach the proven ranks (`bm25.reaching_combinations`), as one tsquery of ANDs under an OR.
+COMBINED = f"""/* bk:lexical */
+SELECT c.id, c.lexical_length,
+       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, 0,
+       c.document_id, c.revision, {_CHECKED}
+FROM bailing_knowledge_chunk c
+WHERE c.search_vector @@ %(combined)s::tsquery
+  AND c.knowledge_base_id + 0 = ANY(%(kbs)s)
+  AND c.id <> ALL(%(seen)s::bigint[])
+LIMIT %(budget)s
+"""  # noqa: S608
+
+# How many chunks of every knowledge base hold the terms: what the GIN index's lists hold.
+ALL_POSTINGS = f"""/* bk:lexicon */
+SELECT coalesce(sum(l.chunks), 0)
+FROM {KnowledgeBase._meta.db_table} k
+JOIN bailing_knowledge_lexicon l ON l.knowledge_base_id = k.id AND l.term = ANY(%(terms)s)
+"""  # noqa: S608
+
+# SQL from module constants only; values go in as parameters.
+VISIBLE = f"""/* bk:lexical */
+SELECT c.id FROM bailing_knowledge_chunk c, bailing_knowledge_document d
+WHERE c.id = ANY(%(ids)s::bigint[]) AND {DOCUMENT_VISIBLE_SQL}
+"""  # noqa: S608
+
+# The documents, of those asked for, that admit the principal, and their revisions: whose
+# chunks are visible (`LexicalLeg.verification`). A function of migration 0011, whose plan
+# the connection keeps: planning the same query sent alone cost more than running it.
+ADMITTED = """/* bk:lexical */
+SELECT * FROM bailing_knowledge_admitted_documents(
+    %(ids)s::bigint[], %(audience)s::text, %(roles)s::text[]
+)
+"""
+
+# The reference: every chunk holding a query term, visible ones only.
+EVERY = f"""/* bk:lexical */
+SELECT c.id, c.lexical_length,
+       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text
+FROM bailing_knowledge_chunk c, bailing_knowledge_document d
+WHERE c.search_vector @@ %(tsquery)s::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
+  AND {DOCUMENT_VISIBLE_SQL}
+"""  # noqa: S608
+
+
+def levels_wanted(
+    scorer: Scorer, stats: Statistics, frontier: dict[str, int], floor: float
+) -> list[tuple[float, str, int]]:
+    """Every unread level whose bound reaches `floor`, heaviest bound first (ties in the
+    order of the terms, then of the levels): a round reads them in that order until its size
+    is reached. A term found in few chunks is one lookup for all its levels (value -1)."""
+    levels: list[tuple[float, str, int]] = []
+    for term, highest in frontier.items():
+        if highest < 0:
+            continue
+        bounds = scorer.bounds(term)
+        if stats.df[term] <= FEW:
+            if bounds[highest] >= floor:
+                levels.append((bounds[highest], term, -1))
+            continue
+        for value in range(highest, -1, -1):
+            bound = bounds[value]
+            if bound < floor:
+                break  # a term's bounds fall with its level (`Scorer.bounds`)
+            levels.append((bound, term, value))
+    levels.sort(key=_heaviest)
+    return levels[:ROUND_LEXEMES]
+
+
+def _heaviest(item: tuple[float, str, int]) -> float:
+    return -item[0]
+
+
+@dataclass
+class Read:
+    """What a round's statement returned: its rows, the position (in the lexemes asked for) of
+    the last one, and whether positions came in order."""
+
+    rows: int = 0
+    last: int = 0
+    in_order: bool = True
+
+
+def round_params(
+    params: dict[str, Any],
+    wanted: list[tuple[float, str, int]],
+    seen: str,
+    size: int,
+    check: bool,
+) -> dict[str, Any]:
+    """The parameters of a round (`ROUND`) reading `wanted` in order, up to `size` chunks
+    not in `seen` (an `id_array`), checking each one's document if `check`."""
+    return {
+        **params,
+        "wanted": _array_literal(_wanted_element(term, value) for _, term, value in wanted),
+        "seen": seen,
+        "budget": size,
+        "check": check,
+    }
+
+
+def in_order(rows: Sequence[tuple[Any, ...]]) -> bool:
+    """Rows came level by level, in the order asked (the plan's nested loop keeps it)."""
+    return all(a[3] <= b[3] for a, b in pairwise(rows))
+
+
+def id_array(*groups: Iterable[int]) -> str:
+    """An array literal of ids (`{1,2,3}`), cast to `bigint[]` in SQL: one join instead of
+    the driver's adaptation of each id (up to the read budget's worth), every round."""
+    return _array_literal(map(str, itertools.chain(*groups)))
+
+
+def text_array(items: Iterable[str]) -> str:
+    """An array literal of strings, cast to `text[]` in SQL: one string for the driver to
+    quote instead of up to `ROUND_LEXEMES` elements, each quoted in Python, every round."""
+    return _array_literal(map(_array_element, items))
+
+
+def _array_literal(elements: Iterable[str]) -> str:
+    return "{" + ",".join(elements) + "}"
+
+
+def _array_element(item: str) -> str:
+    """`item` as an element of an array literal: in double quotes, its own escaped."""
+    return '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@lru_cache(maxsize=65536)
+def _wanted_element(term: str, value: int) -> str:
+    """`level_query` as an array element, escaped once."""
+    return _array_element(level_query(term, value))
+
+
+@lru_cache(maxsize=65536)
+def level_query(term: str, value: int) -> str:
+    """The tsquery of one level of a term, or of all its levels (`value` -1)."""
+    if value < 0:
+        return quoted(term + SEPARATOR) + ":*"
+    return quoted(lexeme(term, value))

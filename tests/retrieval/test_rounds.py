@@ -1,0 +1,55 @@
+"""The statements of the lexical leg's rounds: which levels a round asks for, and how its
+parameters reach PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bailing_knowledge.retrieval import rounds, statistics
+from bailing_knowledge.retrieval.bm25 import Bm25, Scorer
+
+pytestmark = pytest.mark.django_db
+
+
+@given(st.lists(st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]))))
+def test_array_literals_round_trip_through_postgresql(items):
+    """The lexemes a round asks for go to PostgreSQL as one `text[]` literal, whatever
+    quotes, backslashes, braces or commas the terms hold."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::text[]", [rounds.text_array(items)])
+        assert cursor.fetchone()[0] == items
+
+
+@given(
+    tops=st.lists(st.integers(-2, 99), min_size=1, max_size=6),
+    dfs=st.lists(st.integers(1, 3 * rounds.FEW), min_size=6, max_size=6),
+    floor=st.floats(0.0, 4.0, allow_nan=False),
+)
+def test_a_round_wants_every_level_over_the_floor_heaviest_first(tops, dfs, floor):
+    """The levels a round asks for, against their definition: every unread level whose bound
+    reaches the floor (a term of few chunks: one lookup for all of them), heaviest first,
+    ties in the order of the terms and then of the levels."""
+    terms = [f"t{index}" for index in range(len(tops))]
+    idf = {term: 0.5 + index for index, term in enumerate(terms)}
+    scorer = Scorer(Bm25(1.2, 0.75), 120.0, idf)
+    stats = statistics.Statistics(
+        chunks=10_000,
+        average_length=120.0,
+        df=dict(zip(terms, dfs, strict=False)),
+        top=dict(zip(terms, tops, strict=False)),
+    )
+    frontier = dict(zip(terms, tops, strict=True))
+    expected = sorted(
+        (
+            (scorer.bound(term, value), term, -1 if stats.df[term] <= rounds.FEW else value)
+            for term in terms
+            for value in range(frontier[term], -1, -1)
+            if scorer.bound(term, value) >= floor
+            and (stats.df[term] > rounds.FEW or value == frontier[term])
+        ),
+        key=lambda item: -item[0],
+    )[: rounds.ROUND_LEXEMES]
+    assert rounds.levels_wanted(scorer, stats, frontier, floor) == expected
