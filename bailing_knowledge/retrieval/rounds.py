@@ -154,7 +154,9 @@ def round_params(
     check: bool,
 ) -> dict[str, Any]:
     """The parameters of a round (`ROUND`) reading `wanted` in order, up to `size` chunks
-    not in `seen` (an `id_array`), checking each one's document if `check`."""
+    not in `seen` (an `id_array`), checking each one's document if `check`. The lexemes go
+    as one `text[]` literal: one string for the driver to quote instead of up to
+    `ROUND_LEXEMES` elements, each escaped once per process (`_wanted_element`)."""
     return {
         **params,
         "wanted": _array_literal(_wanted_element(term, value) for _, term, value in wanted),
@@ -173,12 +175,6 @@ def id_array(*groups: Iterable[int]) -> str:
     """An array literal of ids (`{1,2,3}`), cast to `bigint[]` in SQL: one join instead of
     the driver's adaptation of each id (up to the read budget's worth), every round."""
     return _array_literal(map(str, itertools.chain(*groups)))
-
-
-def text_array(items: Iterable[str]) -> str:
-    """An array literal of strings, cast to `text[]` in SQL: one string for the driver to
-    quote instead of up to `ROUND_LEXEMES` elements, each quoted in Python, every round."""
-    return _array_literal(map(_array_element, items))
 
 
 def _array_literal(elements: Iterable[str]) -> str:

@@ -18,9 +18,11 @@ pytestmark = pytest.mark.django_db
 def test_array_literals_round_trip_through_postgresql(items):
     """The lexemes a round asks for go to PostgreSQL as one `text[]` literal, whatever
     quotes, backslashes, braces or commas the terms hold."""
+    wanted = [(1.0, term, 7) for term in items]
+    literal = rounds.round_params({}, wanted, rounds.id_array(), 10, False)["wanted"]
     with connection.cursor() as cursor:
-        cursor.execute("SELECT %s::text[]", [rounds.text_array(items)])
-        assert cursor.fetchone()[0] == items
+        cursor.execute("SELECT %s::text[]", [literal])
+        assert cursor.fetchone()[0] == [rounds.level_query(term, 7) for term in items]
 
 
 @given(
