@@ -4,13 +4,29 @@ The embedded server lives in `.data/bench-pgdata` (or `DATABASE_URL` / `BAILING_
 everywhere else). The benchmark databases have their own names (`bench_10k`, `bench_100k`,
 `bench_quality`, ...): the scripts switch between them with `benchmarks.common.use_database`.
 Connections are persistent with health checks, and the middleware stack is the example
-project's, as in a real deployment. The rest comes from `tests.settings_base`.
+project's, as in a real deployment. The server gets the `shared_buffers` a database server
+is usually given, a quarter of the machine's memory (at least the embedded default of 1 GB),
+unless `BAILING_PG_SHARED_BUFFERS` says otherwise: at a million chunks the HNSW and GIN
+indexes alone outgrow 1 GB. The rest comes from `tests.settings_base`.
 """
 
 import os
 
+from bailing_knowledge.embedded import SHARED_BUFFERS_ENV
 from tests.settings_base import *  # noqa: F403
 from tests.settings_base import MIDDLEWARE, ROOT, database
+
+
+def _quarter_of_memory() -> str:
+    """A quarter of the physical memory in MB, at least 1024 (where the OS does not say: 1GB)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return "1GB"
+    return f"{max(total // 4 // 2**20, 1024)}MB"
+
+
+os.environ.setdefault(SHARED_BUFFERS_ENV, _quarter_of_memory())
 
 SECRET_KEY = "benchmark-secret-key-not-for-production"  # noqa: S105
 ROOT_URLCONF = "benchmarks.urls"
