@@ -12,18 +12,19 @@ indexes alone outgrow 1 GB. The rest comes from `tests.settings_base`.
 
 import os
 
-from bailing_knowledge.embedded import SHARED_BUFFERS_ENV
+from bailing_knowledge.embedded import DEFAULT_SHARED_BUFFERS, SHARED_BUFFERS_ENV
 from tests.settings_base import *  # noqa: F403
 from tests.settings_base import MIDDLEWARE, ROOT, database
 
 
 def _quarter_of_memory() -> str:
-    """A quarter of the physical memory in MB, at least 1024 (where the OS does not say: 1GB)."""
+    """A quarter of the physical memory in MB, at least the embedded server's default (which
+    is also the answer where the OS does not say)."""
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
-        return "1GB"
-    return f"{max(total // 4 // 2**20, 1024)}MB"
+        return DEFAULT_SHARED_BUFFERS
+    return f"{max(total // 4 // 2**20, 1024)}MB"  # DEFAULT_SHARED_BUFFERS is 1GB
 
 
 os.environ.setdefault(SHARED_BUFFERS_ENV, _quarter_of_memory())
