@@ -29,6 +29,8 @@ round, which reads few (65 at the median at 100k, 647 at most); else, in a state
 own, for the chunks that would rank only (`rounds.VISIBLE`). A leg with `deferred` checks none
 itself (but in the closing round): it notes every chunk that was a leader at a decision
 (`unverified`) and hands the caller a statement to check them with its own (`verification`).
+Its rounds after the first also leave out the term counts of the chunks that cannot reach
+its leaders (`_gate`, `rounds.gated_round`): most of such a round's rows.
 
 **First round.** When the process has read the statistics of every query term before
 (`statistics.recall`), the first round is planned from those and sent with the search's
@@ -133,6 +135,8 @@ class LexicalLeg:
         self.truncated = False
         #: Whether a closing round over combinations of terms ended it.
         self.combined = False
+        #: Chunks it read whose term counts a round left out, as unable to rank (`_gate`).
+        self.unscored = 0
         #: The document of each chunk scored.
         self.documents: dict[int, int] = {}
         #: Leave the document check of the chunks that would rank to the caller
@@ -233,10 +237,12 @@ class LexicalLeg:
 
     def _start(self, limit: int, stats: Statistics) -> _Progress | None:
         """A ranking's state before its first round (None: nothing to rank)."""
-        self.rounds = self.chunks_read = 0
+        self.rounds = self.chunks_read = self.unscored = 0
         self.truncated = self.combined = False
         self._visible: set[int] = set()
         self._hidden: set[int] = set()
+        # Chunks a round found that cannot reach the leaders, left unscored (`_gate`).
+        self._passed: set[int] = set()
         self._revisions: dict[int, int] = {}
         self.unverified = set()
         remember(self.kb_ids, self.terms, stats)
@@ -311,13 +317,14 @@ class LexicalLeg:
                 size = min(size, budget)
                 read = self._read(
                     cursor,
-                    rounds.ROUND,
-                    rounds.round_params(
+                    *rounds.round_statement(
                         params,
                         wanted,
-                        rounds.id_array(scores, self._hidden),
+                        rounds.id_array(scores, self._hidden, self._passed),
                         size,
                         self._checks(size),
+                        {t: scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0},
+                        self._gate(leaders, progress.limit),
                     ),
                     scorer,
                     scores,
@@ -348,7 +355,8 @@ class LexicalLeg:
                 break
             size *= GROWTH
             floor = level_floor(list(unread.values()), kth)
-        self.chunks_read = len(scores) + len(self._hidden)
+        self.unscored = len(self._passed - scores.keys())
+        self.chunks_read = len(scores) + self.unscored + len(self._hidden)
         return leaders.ranking()
 
     def _few_postings(
@@ -384,7 +392,7 @@ class LexicalLeg:
             {
                 **params,
                 "combined": tsquery,
-                "seen": rounds.id_array(scores, self._hidden),
+                "seen": rounds.id_array(scores, self._hidden, self._passed),
                 "budget": budget,
                 "check": True,  # it reads few chunks (CHECKED_ROWS)
             },
@@ -447,10 +455,25 @@ class LexicalLeg:
                     hidden.add(chunk_id)
                     continue
                 self._visible.add(chunk_id)
+            if vector is None:  # the round left its counts out: it cannot rank (`_gate`)
+                self._passed.add(chunk_id)
+                continue
             self.documents[chunk_id] = document_id
             self._revisions[chunk_id] = revision
             scores[chunk_id] = score = scorer.score(vector, length)
             leaders.offer(chunk_id, score)
+
+    def _gate(self, leaders: Leaders, limit: int) -> float:
+        """The bound under which a round may leave a chunk's term counts out (0: none).
+
+        A chunk whose bound is below the `limit`-th score cannot join the leaders, and
+        scores only rise: whatever it holds, it never ranks. Left unscored, it is seen all
+        the same (no later round reads it, so no later bound has to allow for the levels
+        it was found at). With checks deferred only: a leg that checks as it reads drops a
+        hidden leader, and the scores it ranks by may then fall."""
+        if not self.deferred:
+            return 0.0
+        return leaders.score(limit) * (1 - SLACK)
 
     def _checks(self, size: int) -> bool:
         """Whether a round of `size` chunks checks each one's document as it reads it."""

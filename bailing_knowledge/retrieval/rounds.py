@@ -42,18 +42,25 @@ _CHECKED = f"""CASE WHEN %(check)s THEN coalesce(
            (SELECT true FROM bailing_knowledge_document d WHERE {DOCUMENT_VISIBLE_SQL}),
            false) END"""  # noqa: S608
 
-# Each level is looked up in the GIN index on its own (a lateral join over the lexemes
-# wanted): the planner cannot mistake a round for a scan of the table, however common its
-# terms. A chunk found through two terms comes twice (the caller keeps one). The KB filter
-# is here; the document's state and audience are checked before a chunk counts (`_CHECKED`,
-# the last column, or `VISIBLE` for the leaders).
-ROUND = f"""/* bk:lexical */
+# Each query term's count in chunk `c`, from its terms with positions: `'term':1A,2A ...`.
+_COUNTS = "ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{a}')::text"
+
+
+def _round(counts: str, columns: str = "") -> str:
+    """A round's statement returning `counts` as each row's third column; `columns` are
+    further columns of the chunk that `counts` reads."""
+    # Each level is looked up in the GIN index on its own (a lateral join over the lexemes
+    # wanted): the planner cannot mistake a round for a scan of the table, however common
+    # its terms. A chunk found through two terms comes twice (the caller keeps one). The KB
+    # filter is here; the document's state and audience are checked before a chunk counts
+    # (`_CHECKED`, the last column, or `VISIBLE` for the leaders).
+    return f"""/* bk:lexical */
 SELECT c.id, c.lexical_length,
-       ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, w.position,
+       {counts}, w.position,
        c.document_id, c.revision, {_CHECKED}
 FROM unnest(%(wanted)s::text[]) WITH ORDINALITY AS w(lexeme, position)
 CROSS JOIN LATERAL (
-    SELECT c.id, c.document_id, c.revision, c.lexical_length, c.lexical_terms
+    SELECT c.id, c.document_id, c.revision, c.lexical_length, c.lexical_terms{columns}
     FROM bailing_knowledge_chunk c
     WHERE c.search_vector @@ w.lexeme::tsquery
       -- Written so that no index serves it: the GIN index must (see above).
@@ -62,6 +69,27 @@ CROSS JOIN LATERAL (
 ) c
 LIMIT %(budget)s
 """  # noqa: S608
+
+
+ROUND = _round(_COUNTS)
+
+
+@lru_cache(maxsize=64)
+def gated_round(terms: int) -> str:
+    """A round that returns the term counts only of the chunks that may still reach the
+    leaders (`round_statement`), for `terms` query terms with unread levels.
+
+    A chunk's bound is the bound of the level it was found at (`own`, by the lexeme's place,
+    minus its term's `reach`) plus the `reach` of every such term it holds: whether it holds
+    one is a match of the term's prefix against `search_vector`, a lookup in the vector,
+    where the counts copy the whole of `lexical_terms` twice."""
+    held = "\n         + ".join(
+        f"CASE WHEN c.search_vector @@ %(held_{i})s::tsquery THEN %(reach_{i})s::float8 ELSE 0 END"
+        for i in range(terms)
+    )
+    bound = f"(%(own)s::float8[])[w.position] + {held}" if terms else "0"
+    return _round(f"CASE WHEN {bound} >= %(gate)s::float8 THEN {_COUNTS} END", ", c.search_vector")
+
 
 # The closing round: every unread chunk holding one of the combinations of terms that could
 # still reach the proven ranks (`bm25.reaching_combinations`), as one tsquery of ANDs under an OR.
@@ -164,6 +192,34 @@ def round_params(
         "budget": size,
         "check": check,
     }
+
+
+def round_statement(
+    params: dict[str, Any],
+    wanted: list[tuple[float, str, int]],
+    seen: str,
+    size: int,
+    check: bool,
+    reach: dict[str, float],
+    gate: float,
+) -> tuple[str, dict[str, Any]]:
+    """A round (`round_params`) whose rows carry term counts only for the chunks whose
+    bound reaches `gate` (`gated_round`); every chunk's when `gate` is 0. `reach`: for each
+    term with unread levels, the bound of the highest one, the most a chunk not read yet can
+    score for it; the level a row was found at bounds its own term more tightly.
+
+    A caller whose `gate` is the score a chunk must beat to join its leaders needs no other
+    chunk's counts: they score less, whatever they hold."""
+    values = round_params(params, wanted, seen, size, check)
+    if gate <= 0:
+        return ROUND, values
+    terms = list(reach)
+    values["own"] = _array_literal(repr(bound - reach[term]) for bound, term, _ in wanted)
+    values["gate"] = gate
+    for i, term in enumerate(terms):
+        values[f"held_{i}"] = level_query(term, -1)
+        values[f"reach_{i}"] = reach[term]
+    return gated_round(len(terms)), values
 
 
 def in_order(rows: Sequence[tuple[Any, ...]]) -> bool:

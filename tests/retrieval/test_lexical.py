@@ -312,6 +312,35 @@ def test_a_deferred_check_that_passes_gives_the_checked_ranking(kb, seed):
                 assert leg.verified(cursor.fetchall())
 
 
+@pytest.mark.parametrize("pruning", [1.0, 1.5])
+def test_a_deferred_leg_leaves_out_the_counts_of_chunks_that_cannot_rank(
+    kb, monkeypatch, settings, pruning
+):
+    """After its first round, a leg whose checks are deferred reads term counts only for the
+    chunks whose bound reaches its last leader's score, and ranks every query as a leg that
+    reads them all (one that checks as it reads): the others could never have ranked."""
+    settings.BAILING_KNOWLEDGE = {"SEARCH_LEXICAL_PRUNING": pruning}
+    # Small rounds, so that most queries read several, and levels, not closing rounds.
+    monkeypatch.setattr(lexical, "FIRST_ROUND", 8)
+    monkeypatch.setattr(lexical, "GROWTH", 2)
+    monkeypatch.setattr(lexical, "COMBINED_POSTINGS", 0)
+    _random_corpus(kb, 120, seed=5)
+    rng = random.Random(11)
+    unscored = 0
+    for _ in range(30):
+        query = " ".join(rng.sample(VOCABULARY[:40], k=rng.randint(2, 5)))
+        for limit in (10, 40):
+            checked = LexicalLeg(query, [kb], Visibility(), kb.language)
+            expected = checked.ranking(limit)
+            leg = LexicalLeg(query, [kb], Visibility(), kb.language)
+            leg.deferred = True
+            assert leg.ranking(limit) == expected, query
+            assert leg.chunks_read == checked.chunks_read
+            assert checked.unscored == 0
+            unscored += leg.unscored
+    assert unscored > 100, unscored  # the path under test was taken
+
+
 def test_hidden_documents_take_no_slot(kb):
     upsert_document(kb, "public.md", "Public", "refund refund policy")
     upsert_document(

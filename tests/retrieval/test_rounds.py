@@ -8,8 +8,11 @@ from django.db import connection
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.models import Chunk
 from bailing_knowledge.retrieval import rounds, statistics
 from bailing_knowledge.retrieval.bm25 import Bm25, Scorer
+from bailing_knowledge.retrieval.visibility import Visibility
 
 pytestmark = pytest.mark.django_db
 
@@ -55,3 +58,34 @@ def test_a_round_wants_every_level_over_the_floor_heaviest_first(tops, dfs, floo
         key=lambda item: -item[0],
     )[: rounds.ROUND_LEXEMES]
     assert rounds.levels_wanted(scorer, stats, frontier, floor) == expected
+
+
+def test_a_gated_round_counts_terms_only_where_the_bound_reaches_the_gate(kb):
+    """A round's bound for a chunk is the level it was found at plus the reach of every
+    other query term the chunk holds; below the gate its counts are left out (NULL), at or
+    above it they are those an ungated round returns."""
+    texts = {"a": "alpha beta", "b": "alpha", "c": "alpha gamma", "d": "beta gamma"}
+    for key, text in texts.items():
+        upsert_document(kb, f"{key}.md", "Doc", text)
+    params = {**Visibility().params([kb.pk]), "terms": ["alpha", "beta"]}
+    wanted = [(1.0, "alpha", -1)]  # every level of "alpha", bound 1.0
+    reach = {"alpha": 1.0, "beta": 2.0}
+
+    def counts(gate: float) -> dict[str, str | None]:
+        sql, values = rounds.round_statement(
+            params, wanted, rounds.id_array(), 10, False, reach, gate
+        )
+        assert (sql == rounds.ROUND) is (gate == 0)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, values)
+            rows = cursor.fetchall()
+        keys = dict(Chunk.objects.values_list("pk", "document__source_key"))
+        return {keys[row[0]][0]: row[2] for row in rows}
+
+    every = counts(0.0)
+    assert set(every) == {"a", "b", "c"}  # the chunks holding "alpha"
+    assert all(every.values())
+    # "a" holds beta: 1.0 + 2.0 reaches 3.0; "b" and "c" only reach 1.0.
+    assert counts(3.0) == {"a": every["a"], "b": None, "c": None}
+    assert counts(1.0) == every
+    assert counts(3.0 + 1e-6) == {"a": None, "b": None, "c": None}
