@@ -62,6 +62,11 @@ class Scorer:
         """`bound` of every level of `term`, by level: never larger at a lower level."""
         return self._bounds[term]
 
+    def reach(self, frontier: dict[str, int]) -> dict[str, float]:
+        """For each term with levels left to read (`frontier`: the highest unread one, -1 or
+        lower when none), the most a chunk not read yet can score for it."""
+        return {term: self.bound(term, value) for term, value in frontier.items() if value >= 0}
+
     def score(self, vector: str, length: int) -> float:
         """BM25 of a chunk from the text of its filtered terms (`'term':1A,2A ...`).
 

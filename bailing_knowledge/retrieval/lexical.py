@@ -323,7 +323,7 @@ class LexicalLeg:
                         rounds.id_array(scores, self._hidden, self._passed),
                         size,
                         self._checks(size),
-                        {t: scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0},
+                        scorer.reach(frontier),
                         self._gate(leaders, progress.limit),
                     ),
                     scorer,
@@ -346,7 +346,7 @@ class LexicalLeg:
                 # Out of budget: the best found so far (an approximation, rarely different).
                 self.truncated = True
                 break
-            unread = {t: scorer.bound(t, frontier[t]) for t in terms if frontier[t] >= 0}
+            unread = scorer.reach(frontier)
             combinations = reaching_combinations(unread, kth)
             if combinations and self._few_postings(cursor, progress.stats, combinations):
                 # No term can reach the proven ranks on its own: the chunks that still can

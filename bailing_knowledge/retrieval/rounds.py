@@ -213,13 +213,12 @@ def round_statement(
     values = round_params(params, wanted, seen, size, check)
     if gate <= 0:
         return ROUND, values
-    terms = list(reach)
     values["own"] = _array_literal(repr(bound - reach[term]) for bound, term, _ in wanted)
     values["gate"] = gate
-    for i, term in enumerate(terms):
+    for i, (term, bound) in enumerate(reach.items()):
         values[f"held_{i}"] = level_query(term, -1)
-        values[f"reach_{i}"] = reach[term]
-    return gated_round(len(terms)), values
+        values[f"reach_{i}"] = bound
+    return gated_round(len(reach)), values
 
 
 def in_order(rows: Sequence[tuple[Any, ...]]) -> bool:
