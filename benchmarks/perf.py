@@ -39,6 +39,7 @@ from .common import (
     drop_database,
     heading,
     load_beir,
+    prewarm,
     print_table,
     ratio,
     raw_connection,
@@ -872,6 +873,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for label, b in results["builds"].items()
             ],
         )
+    # Every scale's pages in the page cache before anything is timed, however cold the server.
+    warmed = {scale.label: prewarm(scale.dbname) for scale in scales}
+    results["prewarm"] = warmed
+    for label, w in warmed.items():
+        done = f"{w['mb']:,} MB in {w['s']} s" if w["prewarmed"] else f"not read: {w['reason']}"
+        print(f"read into the page cache, {label} (pg_prewarm): {done}")
+    print()
     results["server"] = server_facts(detail.dbname)
     results["code"] = code_version()
     print("server:", results["server"])
