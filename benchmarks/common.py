@@ -180,9 +180,8 @@ def prewarm(dbname: str) -> dict[str, Any]:
     cache only: shared buffers are still filled by the searches themselves, in the order they
     touch pages, as on a server that has been serving. (Loading them in relation order with
     the default `buffer` mode slows searches, the vector SQL most, so the ratios would fall:
-    docs/performance.md.) Where the extension
-    cannot be created (no contrib package, no privilege), nothing is read and the reason is
-    returned."""
+    docs/performance.md.) Where the extension cannot be created (no contrib package, no
+    privilege), nothing is read and the reason is returned."""
     import psycopg
 
     try:
