@@ -188,15 +188,15 @@ def prewarm(dbname: str) -> dict[str, Any]:
         with raw_connection(dbname, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
             start = time.perf_counter()
-            blocks = conn.execute(
+            read = conn.execute(
                 "SELECT coalesce(sum(pg_prewarm(oid, 'read')), 0)::bigint"  # noqa: S608
+                " * current_setting('block_size')::bigint"
                 f" FROM ({_APP_RELATIONS}) r"
             ).fetchone()[0]
             seconds = time.perf_counter() - start
-            block_size = int(conn.execute("SHOW block_size").fetchone()[0])
     except psycopg.Error as exc:
         return {"prewarmed": False, "reason": str(exc).strip().splitlines()[0]}
-    return {"prewarmed": True, "mb": round(blocks * block_size / 2**20, 1), "s": round(seconds, 1)}
+    return {"prewarmed": True, "mb": round(read / 2**20, 1), "s": round(seconds, 1)}
 
 
 def code_version() -> dict[str, Any]:
