@@ -205,9 +205,10 @@ def common_and_rare_queries(
 
 def unmatched_queries(count: int, seed: int) -> list[str]:
     """Queries of two made-up words that no chunk holds: a search whose lexical leg finds
-    nothing after its statistics, so that what remains is the request, the vector leg and
-    the fetch. Its full stack over the vector SQL is the least `search_p50_over_vector_sql`
-    can be with this framework."""
+    nothing after its statistics, so that what remains is the request and the vector leg.
+    Most such searches find no chunk similar enough to answer with, and so skip the fetch
+    and the hints a search that answers pays too: their full stack over the vector SQL is
+    a floor under `search_p50_over_vector_sql`, not the whole of a real search's fixed part."""
     rng = random.Random(seed)
 
     def word() -> str:
@@ -903,6 +904,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             unmatched = capture_all(bench, unmatched_queries(8 if quick else 40, seed=7))
             assert not any(s.of("lexical") for s in unmatched), "a made-up word matched"
             search["no_lexical_match"] = compare_search(bench, unmatched, 2, seed=17, warmup=5)
+            # Those whose vector leg found a chunk similar enough to fetch and answer with.
+            search["no_lexical_match"]["answered"] = sum(1 for s in unmatched if s.of("fetch"))
             search["sql_breakdown"] = sql_breakdown(
                 bench, {"test queries": searches[:100], "common terms": common, "rare terms": rare}
             )
@@ -952,14 +955,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ],
     )  # fmt: skip
     print(
-        "searches whose words no chunk holds (the request, the vector leg and the fetch, no "
-        "lexical reading), milliseconds: the least full/vector can be with this framework\n"
+        "searches whose words no chunk holds (the request and the vector leg, no lexical "
+        "reading; the fetch and the hints only for those that answer), milliseconds: a floor "
+        "under full/vector with this framework\n"
     )
     print_table(
-        ["chunks", "full p50 / p95", "vector SQL p50 / p95", "full/vector p50", "full/vector p95"],
+        ["chunks", "full p50 / p95", "vector SQL p50 / p95", "full/vector p50", "full/vector p95",
+         "answered"],
         [
             [label, _pair(n["full_stack"]), _pair(n["vector_sql"]), n["p50_over_vector"],
-             n["p95_over_vector"]]
+             n["p95_over_vector"], f"{n.get('answered', '?')} of {n['queries']}"]
             for label, s in results["search"].items()
             for n in [s["no_lexical_match"]]
         ],
