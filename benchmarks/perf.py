@@ -964,7 +964,7 @@ def main(argv: Sequence[str] | None = None) -> int:
          "answered"],
         [
             [label, _pair(n["full_stack"]), _pair(n["vector_sql"]), n["p50_over_vector"],
-             n["p95_over_vector"], f"{n.get('answered', '?')} of {n['queries']}"]
+             n["p95_over_vector"], f"{n['answered']} of {n['queries']}"]
             for label, s in results["search"].items()
             for n in [s["no_lexical_match"]]
         ],
