@@ -225,8 +225,8 @@ class DatabaseDeadline:
         (the caller's first statement runs on this connection, only reads, and can be run
         again) and outside a transaction, that statement is the check: when it fails because
         the connection is dead, `reconnect` opens a new one and the caller runs it again.
-        Otherwise, and inside a transaction (`ATOMIC_REQUESTS`), where a connection cannot
-        be replaced, Django's check runs first, guarded.
+        Otherwise, and inside a caller's transaction, where a connection cannot be replaced,
+        Django's check runs first, guarded.
         """
         connection = self.connection
         raw = connection.connection

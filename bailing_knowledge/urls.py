@@ -27,6 +27,6 @@ urlpatterns = [
     ),
     path("workspaces/<slug:route>/turns", views.TurnView.as_view(), name="turns"),
     path("runs/<str:run_id>/complete", views.CompleteRunView.as_view(), name="run-complete"),
-    # Last: any other path under the prefix is a JSON 404 with `no-store`.
-    re_path(r"^.*$", views.not_found, name="not-found"),
+    # Last: any other path under the prefix is a JSON 404 with `no-store` (newlines too).
+    re_path(r"^[\s\S]*$", views.not_found, name="not-found"),
 ]

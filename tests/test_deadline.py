@@ -194,18 +194,53 @@ def test_a_statement_that_fails_on_a_live_connection_is_not_run_again(agent, kep
     assert _backend_pid() == pid
 
 
-def test_inside_a_request_transaction_django_checks_the_connection_first(agent, kept_connections):
+@pytest.fixture
+def atomic_requests():
     connection.settings_dict["ATOMIC_REQUESTS"] = True
-    try:
+    yield
+    connection.settings_dict["ATOMIC_REQUESTS"] = False
+    connection.close()
+
+
+def test_atomic_requests_leave_the_agent_views_to_their_own_transactions(
+    agent, kept_connections, atomic_requests
+):
+    assert _request(agent).status_code == 200
+    pid = _backend_pid()
+    _terminate(pid)
+    # No request transaction holds the connection: the first statement is still its check.
+    with mock.patch.object(connection, "is_usable", wraps=connection.is_usable) as is_usable:
         assert _request(agent).status_code == 200
-        pid = _backend_pid()
-        _terminate(pid)
-        with mock.patch.object(connection, "is_usable", wraps=connection.is_usable) as is_usable:
-            assert _request(agent).status_code == 200
-        is_usable.assert_called()
-        assert _backend_pid() != pid
+        assert _request(agent, "/workspaces/orders/turns", TURN).status_code == 200
+    is_usable.assert_not_called()
+    assert _backend_pid() != pid
+    assert Run.objects.count() == 1
+
+
+def test_under_atomic_requests_the_commit_is_within_the_budget(agent, budget, atomic_requests):
+    table = Run._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION bk_test_slow_commit() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$"
+        )
+        # Runs at COMMIT: a commit that takes three seconds.
+        cursor.execute(
+            f"CREATE CONSTRAINT TRIGGER bk_test_slow AFTER INSERT ON {table}"
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION bk_test_slow_commit()"
+        )
+    try:
+        started = time.monotonic()
+        response = agent.post("/workspaces/orders/turns", TURN)
+        elapsed = time.monotonic() - started
     finally:
-        connection.settings_dict["ATOMIC_REQUESTS"] = False
+        connection.close()
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER bk_test_slow ON {table}")
+            cursor.execute("DROP FUNCTION bk_test_slow_commit()")
+    assert_error(response, 503, "knowledge_unavailable")
+    assert elapsed < 2.0
+    assert not Run.objects.exists()
 
 
 def test_when_sessions_are_read_elsewhere_django_checks_the_connection(agent, kept_connections):

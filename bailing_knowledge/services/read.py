@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,8 @@ from ..exceptions import (
 )
 from ..markdown import PieceTooShort, find_headings, last_heading
 from ..models import AgentSession, Document, Route, Run
-from ..retrieval.visibility import searchable_knowledge_bases, visibility_for
+from ..retrieval.hybrid import Hit
+from ..retrieval.visibility import Visibility, searchable_knowledge_bases, visibility_for
 from ..signing import (
     CursorClaims,
     Identity,
@@ -129,12 +131,26 @@ def _verify(
 # `octet_length` of a body stored uncompressed out of line (migration 0004) reads no byte of
 # it, and `substr` reads it only up to about four times the end of the stretch (in UTF-8 it
 # counts characters from the start), with nothing to decompress.
-_DOCUMENT_SQL = """
+_IN_SCOPE = "d.status = %(ready)s AND d.knowledge_base_id = ANY(%(kbs)s::bigint[])"
+_DOCUMENT_SQL = (
+    """
 SELECT d.title, d.metadata, octet_length(d.body), {body}
 FROM {table} AS d
 WHERE d.id = %(id)s AND d.revision = %(revision)s AND d.content_hash = %(content_hash)s
-  AND d.status = %(ready)s AND d.knowledge_base_id = ANY(%(kbs)s::bigint[])
-"""
+  AND """
+    + _IN_SCOPE
+)
+# Whole bodies of several documents, each pinned to its own revision and hash.
+_BODIES_SQL = (
+    """
+SELECT d.id, d.metadata, d.body
+FROM {table} AS d
+JOIN unnest(%(ids)s::bigint[], %(revisions)s::bigint[], %(hashes)s::text[])
+  AS pin (id, revision, content_hash)
+  ON d.id = pin.id AND d.revision = pin.revision AND d.content_hash = pin.content_hash
+WHERE """
+    + _IN_SCOPE
+)
 _SLICE_SQL = "substr(d.body, %(first)s, %(count)s)"
 # The first page: a body within the chain limit whole (the window is all of it).
 _FIRST_SQL = f"CASE WHEN octet_length(d.body) <= %(limit)s THEN d.body ELSE {_SLICE_SQL} END"
@@ -149,8 +165,7 @@ def _current_document(
     when the document is gone, changed, not ready, out of the route's scope or hidden from
     the principal.
     """
-    visibility = visibility_for(session)
-    kb_ids = [kb.pk for kb in searchable_knowledge_bases(route.knowledge_bases.all(), visibility)]
+    visibility, scope = _scope(session, route)
     with connection.cursor() as cursor:
         cursor.execute(
             _DOCUMENT_SQL.format(body=body_sql, table=Document._meta.db_table),
@@ -158,8 +173,7 @@ def _current_document(
                 "id": claims.document_id,
                 "revision": claims.revision,
                 "content_hash": claims.content_hash,
-                "ready": Document.Status.READY.value,
-                "kbs": kb_ids,
+                **scope,
                 **params,
             },
         )
@@ -167,11 +181,43 @@ def _current_document(
     if row is None:
         raise KnowledgeChanged()
     title, metadata, total_bytes, *body = row
-    if isinstance(metadata, str):  # Django's PostgreSQL backend leaves jsonb undecoded
-        metadata = json.loads(metadata)
-    if not visibility.admits(metadata):
+    if not visibility.admits(_decoded(metadata)):
         raise KnowledgeChanged()
     return (title, total_bytes, *body)
+
+
+def _scope(session: AgentSession, route: Route) -> tuple[Visibility, dict[str, Any]]:
+    """The principal's visibility, and the parameters of `_IN_SCOPE` for this route."""
+    visibility = visibility_for(session)
+    kb_ids = [kb.pk for kb in searchable_knowledge_bases(route.knowledge_bases.all(), visibility)]
+    return visibility, {"ready": Document.Status.READY.value, "kbs": kb_ids}
+
+
+def _decoded(metadata: Any) -> Any:
+    """Django's PostgreSQL backend leaves jsonb undecoded in raw rows."""
+    return json.loads(metadata) if isinstance(metadata, str) else metadata
+
+
+def pinned_bodies(session: AgentSession, route: Route, hits: Sequence[Hit]) -> dict[int, str]:
+    """The whole body of each hit's document, by document id, where that document is still
+    the revision the hit was found in and the principal may still read it: what a read of
+    the hit's ref would check. A document that changed since is left out, never replaced by
+    its newer text (one statement, whatever the number of hits)."""
+    if not hits:
+        return {}
+    visibility, scope = _scope(session, route)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _BODIES_SQL.format(table=Document._meta.db_table),
+            {
+                "ids": [hit.document_id for hit in hits],
+                "revisions": [hit.revision for hit in hits],
+                "hashes": [hit.content_hash for hit in hits],
+                **scope,
+            },
+        )
+        rows = cursor.fetchall()
+    return {pk: body for pk, metadata, body in rows if visibility.admits(_decoded(metadata))}
 
 
 def _slice(

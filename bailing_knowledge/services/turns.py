@@ -24,7 +24,8 @@ from ..access import admitted_route, task_admits
 from ..budget import cut_to_bytes, escaped_len, fit_search_response
 from ..conf import knowledge_settings
 from ..exceptions import IdempotencyConflict, RouteNotAllowed, RunNotCurrent, log_database_error
-from ..models import AgentSession, Document, Route, Run, Task
+from ..models import AgentSession, Route, Run, Task
+from .read import pinned_bodies
 from .search import find_hits, search_hints, sign_hits
 from .tasks import task_scope_hash
 
@@ -74,11 +75,8 @@ def _inline_items(
         max_documents=route.max_docs,
     )
     hints = sign_hits(session, route, hits, run=run)
-    bodies: dict[int, str] = {}
-    if whole_documents and hits:
-        bodies = dict(
-            Document.objects.filter(pk__in=[h.document_id for h in hits]).values_list("pk", "body")
-        )
+    # A document changed since the search found it gives its hit's text, as a deleted one.
+    bodies = pinned_bodies(session, route, hits) if whole_documents else {}
     room = int(knowledge_settings.INLINE_MAX_BYTES)
     knowledge, refs = [], []
     for hit, hint in zip(hits, hints, strict=True):
@@ -244,12 +242,16 @@ COMPLETION_FIELDS = ("assistant_message_id", "status", "content", "model", "runt
 
 
 def complete_run(session: AgentSession, run_id: str, data: dict[str, Any]) -> dict[str, Any]:
-    """Close a run (idempotently); only the session that owns it may."""
+    """Close a run (idempotently); only the session that owns it may, while it is current
+    (`context_ready`, and its task, if any, active with the session a member). Replaying a
+    completion answers as the first time did, whatever became of the task since."""
     fingerprint = canonical_hash({key: data.get(key) for key in COMPLETION_FIELDS})
+    if "\x00" in run_id:  # no run has one, and PostgreSQL refuses it in a text value
+        raise RunNotCurrent()
     with transaction.atomic():
         run = (
             Run.objects.select_for_update(of=("self",))
-            .select_related("route")
+            .select_related("route", "task")
             .filter(run_id=run_id, session=session, client_id=session.client_id)
             .first()
         )
@@ -260,7 +262,9 @@ def complete_run(session: AgentSession, run_id: str, data: dict[str, Any]) -> di
         if run.completion_hash:
             if run.completion_hash != fingerprint:
                 raise IdempotencyConflict()
-        elif run.state != Run.State.CONTEXT_READY:
+        elif run.state != Run.State.CONTEXT_READY or (
+            run.task_id is not None and not task_admits(run.task, session)
+        ):
             raise RunNotCurrent()
         else:
             run.state = data["status"]

@@ -24,6 +24,9 @@ URL = "/workspaces/orders/knowledge/capabilities"
         "/workspaces/orders/knowledge/capabilities/",
         "/workspaces/bad route/knowledge/capabilities",
         "/",
+        "/nope%0Anope",
+        "/workspaces/orders%0A/knowledge/capabilities",
+        "/%0A",
     ],
 )
 def test_unknown_paths_are_json_404_with_no_store(anonymous, path):

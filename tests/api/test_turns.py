@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from unittest import mock
 
 import pytest
 from django.db import connections
@@ -11,6 +12,7 @@ from django.db import connections
 from bailing_knowledge import services, signing
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Run
+from bailing_knowledge.services import turns
 from bailing_knowledge.services.tasks import (
     add_task_members,
     cancel_task,
@@ -87,6 +89,44 @@ def test_document_mode_delivers_whole_documents(agent, route, documents):
     body = json.loads(post_turn(agent, turn(knowledge_delivery="inline")).content)
     assert body["knowledge"][0]["kind"] == "document"
     assert body["knowledge"][0]["content"] == REFUNDS
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("text", "metadata"),
+    [
+        ("# Refunds\n\nRefunds now take a month.", {}),
+        ("# Refunds\n\nPartners only: the margin is 40%.", {"audiences": ["partners"]}),
+    ],
+)
+def test_document_mode_never_delivers_a_body_changed_since_the_search(text, metadata):
+    kb = services.create_knowledge_base("handbook")
+    route = services.create_route("orders", knowledge_bases=[kb], knowledge_mode="document")
+    client = services.create_client("acme-agent", routes=[route])
+    issued = services.issue_session(client, principal_id="u", audience="staff", routes=[route])
+    upsert_document(kb, "refunds.md", "Refunds", "# Refunds\n\nRefunds take five days.")
+    searched = turns.sign_hits
+
+    def edit_elsewhere():
+        try:
+            upsert_document(kb, "refunds.md", "Refunds", text, metadata=metadata)
+        finally:
+            connections.close_all()
+
+    def sign_then_edit(*args, **kwargs):
+        # Between the search and the fetch of the bodies, another process commits.
+        hints = searched(*args, **kwargs)
+        editor = threading.Thread(target=edit_elsewhere)
+        editor.start()
+        editor.join(30)
+        return hints
+
+    with mock.patch.object(turns, "sign_hits", side_effect=sign_then_edit):
+        response = post_turn(AgentCaller(issued.access_token), turn(knowledge_delivery="inline"))
+    (item,) = json.loads(response.content)["knowledge"]
+    assert item["revision"] == 1
+    # The text the search found at revision 1, never the body of revision 2.
+    assert item["content"] == "# Refunds\n\nRefunds take five days."
 
 
 def test_on_demand_turn_has_run_bound_hints(agent, issued, route, documents):
@@ -283,6 +323,7 @@ def test_only_the_owner_completes(agent, issued, agent_client, route, documents)
     other = services.issue_session(agent_client, principal_id="user-1", routes=[route])
     assert_error(_complete(AgentCaller(other.access_token), run_id), 409, "run_not_current")
     assert_error(_complete(agent, "run_unknown"), 409, "run_not_current")
+    assert_error(_complete(agent, "run%00unknown"), 409, "run_not_current")
     assert_error(_complete(AgentCaller(None), run_id), 401, "unauthorized")
     assert_error(agent.post(f"/runs/{run_id}/complete", {"status": "x"}), 400, "invalid_request")
 
@@ -317,6 +358,27 @@ def test_task_bound_runs_follow_the_task(agent, issued, route, documents):
     add_task_members(task, [issued.session])
     cancel_task(task)
     assert_error(agent.post(SEARCH, search), 409, "run_not_current")
+
+
+@pytest.mark.parametrize("change", ["pause", "cancel", "leave"])
+def test_a_run_of_a_task_that_stopped_is_not_completed(agent, issued, documents, change):
+    task = create_task("Quarter close", members=[issued.session])
+    run_id = json.loads(post_turn(agent, turn(task_binding=binding(task))).content)["run_id"]
+    done = json.loads(
+        post_turn(agent, turn(task_binding=binding(task), user_message_id="m2")).content
+    )["run_id"]
+    first = _complete(agent, done)
+    assert first.status_code == 200
+    {
+        "pause": lambda: pause_task(task),
+        "cancel": lambda: cancel_task(task),
+        "leave": lambda: remove_task_members(task, [issued.session]),
+    }[change]()
+    assert_error(_complete(agent, run_id), 409, "run_not_current")
+    assert Run.objects.get(run_id=run_id).state == Run.State.CONTEXT_READY
+    # A completion already made replays as it was answered.
+    again = _complete(agent, done)
+    assert (again.status_code, again.content) == (200, first.content)
 
 
 def test_task_binding_checks(agent, issued, agent_client, route, documents):

@@ -13,12 +13,14 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bailing_knowledge import constants, signing
+from bailing_knowledge import constants, services, signing
 from bailing_knowledge.budget import fit_read_page, utf8_len
 from bailing_knowledge.ingestion.chunker import find_headings
+from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Document, content_hash
 from bailing_knowledge.services import read as read_service
 from bailing_knowledge.services.read import Window, chain_window, read
+from bailing_knowledge.services.search import find_hits
 
 pytestmark = pytest.mark.django_db
 
@@ -360,3 +362,23 @@ def test_bodies_are_stored_uncompressed_out_of_line(kb):
             [document.pk],
         )
         assert cursor.fetchone() == (None, 320_000)
+
+
+def test_pinned_bodies_hold_each_body_to_the_revision_its_hit_was_found_in(issued, route, kb):
+    for key in ("alpha", "beta", "gamma", "delta"):
+        upsert_document(kb, f"{key}.md", key, f"# {key}\n\nRefunds, {key} edition.")
+    status, hits = find_hits(issued.session, route, "refunds edition", max_hits=4)
+    assert (status, len(hits)) == ("ok", 4)
+    # After the search: a new revision, a body hidden by its metadata alone (the revision
+    # stays), and a document whose knowledge base left the route.
+    upsert_document(kb, "beta.md", "beta", "# beta\n\nRefunds, revised.")
+    upsert_document(
+        kb, "gamma.md", "gamma", "# gamma\n\nRefunds, gamma edition.", {"roles": ["finance"]}
+    )
+    other = services.create_knowledge_base("archive")
+    Document.objects.filter(source_key="delta.md").update(knowledge_base=other)
+    bodies = read_service.pinned_bodies(issued.session, route, hits)
+    assert bodies == {
+        Document.objects.get(source_key="alpha.md").pk: "# alpha\n\nRefunds, alpha edition."
+    }
+    assert read_service.pinned_bodies(issued.session, route, []) == {}
