@@ -26,6 +26,7 @@ from django.db import DatabaseError, connection
 
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
+from .analysis import LANGUAGES
 from .embedders import EmbedderError, get_embedder
 from .lexical import STREAM_ROWS, LexicalLeg
 from .session import SearchTransaction, Statement, configure_statement, search_transaction
@@ -216,6 +217,17 @@ class HybridSearch:
         legs: list[_Leg] = []
         if self.use_lexical:
             for language, group in group_knowledge_bases(self.kbs, "language"):
+                if language not in LANGUAGES:
+                    # Stored without validation, or a stemmer the installed packages lack:
+                    # that leg fails (`partial`), the other legs still answer.
+                    logger.error(
+                        "Knowledge bases %s have the unsupported language %r; their "
+                        "lexical leg is skipped (set a supported language: it re-indexes them)",
+                        ", ".join(kb.slug for kb in group),
+                        language,
+                    )
+                    self.result.legs_failed += 1
+                    continue
                 lexical = LexicalLeg(self.query, group, self.visibility, language)
                 lexical.deferred = deferred
                 legs.append(_Leg(1.0, lexical=lexical))

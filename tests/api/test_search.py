@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bailing_knowledge import services, signing
 from bailing_knowledge.ingestion.documents import upsert_document
-from bailing_knowledge.models import Chunk, Document, Run
+from bailing_knowledge.models import Chunk, Document, KnowledgeBase, Run
 from bailing_knowledge.retrieval.postings import encode_terms
 from bailing_knowledge.services.search import SearchOptions, search
 
@@ -142,6 +142,16 @@ def test_failing_embedder_degrades_to_partial_with_lexical_hits(agent, documents
     body = json.loads(_search(agent, {"query": "refund policy"}).content)
     assert body["status"] == "partial"
     assert body["hints"][0]["title"] == "Refund policy"
+
+
+def test_a_kb_language_the_stemmers_lack_fails_only_the_lexical_leg(agent, kb, documents, caplog):
+    # Written past the validation (a queryset update, a fixture, a stemmer package that
+    # lost a language): the vector leg still answers.
+    KnowledgeBase.objects.filter(pk=kb.pk).update(language="klingon")
+    body = json.loads(_search(agent, {"query": "refund policy"}).content)
+    assert body["status"] == "partial"
+    assert body["hints"][0]["title"] == "Refund policy"
+    assert "unsupported language 'klingon'" in caplog.text
 
 
 def test_database_failure_is_503_without_leak(agent, issued, documents):
