@@ -65,6 +65,11 @@ REMOVED_KEYS = {
         "the old default did; the database backend and `manage.py db_worker` queue it). "
         "Keep the worker of your old runner until its queue is empty (docs/ingestion.md)."
     ),
+    "SEARCH_COMMON_TERM_CHUNKS": (
+        "The lexical leg reads only the top of each term's list, so common terms need no cap "
+        "any more: remove the key (SEARCH_LEXICAL_READ_BUDGET bounds the chunks a search "
+        "reads)."
+    ),
 }
 
 

@@ -27,7 +27,9 @@ def resolve(model: type[M], field: str, value: M | str) -> M:
     if isinstance(value, model):
         return value
     if not isinstance(value, str) or not value:
-        raise ValidationError(f"Expected a {model._meta.verbose_name} or its {field}.")
+        name = model._meta.verbose_name
+        article = "an" if name[:1].lower() in "aeiou" else "a"
+        raise ValidationError(f"Expected {article} {name} or its {field}.")
     try:
         return model._default_manager.get(**{field: value})
     except model.DoesNotExist:

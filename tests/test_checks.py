@@ -108,6 +108,13 @@ def test_the_removed_task_runner_setting_says_what_to_do():
     assert "TASKS" in messages[0].hint and "db_worker" in messages[0].hint
 
 
+def test_the_removed_common_term_cap_is_a_warning_not_an_error():
+    # An error would stop `migrate` on upgrade for a key that now changes nothing.
+    messages = _messages({"SEARCH_COMMON_TERM_CHUNKS": 5000})
+    assert [(m.id, m.level) for m in messages] == [("bailing_knowledge.W003", checks.WARNING)]
+    assert "remove the key" in messages[0].hint
+
+
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [

@@ -61,7 +61,10 @@ def lifetime(value: str) -> timedelta:
             f"expected seconds or a number with s/m/h/d/w (e.g. 30m, 8h, 7d), got {value!r}"
         )
     amount, unit = match.groups()
-    return timedelta(seconds=int(amount) * _LIFETIME_UNITS[unit.lower()])
+    try:
+        return timedelta(seconds=int(amount) * _LIFETIME_UNITS[unit.lower()])
+    except OverflowError:  # argparse reports ValueError and TypeError only
+        raise argparse.ArgumentTypeError(f"lifetime {value!r} is too large") from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -120,6 +120,7 @@ def test_issue_lifetime_forms(agent_client, lifetime, expected):
         (["--principal", "u", "--route", "orders", "--lifetime=-5m"], "expected seconds"),
         (["--principal", "u", "--route", "orders", "--lifetime", "0"], "must be positive"),
         (["--principal", "u", "--route", "orders", "--lifetime", "31d"], "may not exceed"),
+        (["--principal", "u", "--route", "orders", "--lifetime", "9" * 15 + "w"], "too large"),
         (["--principal", "u", "--route", "orders", "--role", ""], "--role: Roles must be"),
     ],
 )

@@ -81,6 +81,10 @@ def test_unknown_kb_and_missing_paths(kb, tmp_path):
         run("knowledge_ingest", "nope", str(tmp_path))
     with pytest.raises(CommandError, match="No such file"):
         run("knowledge_ingest", "handbook", str(tmp_path / "missing"))
+    fifo = tmp_path / "pipe.md"
+    os.mkfifo(fifo)
+    with pytest.raises(CommandError, match=r"Not a regular file or directory: .*pipe\.md"):
+        run("knowledge_ingest", "handbook", str(fifo))
 
 
 def test_each_failure_names_its_own_file(kb, tmp_path, settings):

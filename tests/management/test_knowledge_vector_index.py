@@ -124,6 +124,11 @@ def test_an_index_the_search_cannot_use_is_built_again(drop_index):
     assert "already indexed" in run("--dimensions", "40")
 
 
+def test_an_unknown_database_is_a_usage_error():
+    with pytest.raises(CommandError, match="--database: invalid choice: 'nosuch'"):
+        run("--database", "nosuch")
+
+
 @pytest.mark.parametrize("size", ["0", "4001"])
 def test_rejects_sizes_hnsw_cannot_index(size):
     with pytest.raises(CommandError, match="--dimensions: HNSW indexes take 1 to 4000"):

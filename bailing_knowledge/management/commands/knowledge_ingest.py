@@ -51,6 +51,9 @@ class Command(BaseCommand):
         missing = [str(p) for p in options["paths"] if not p.exists()]
         if missing:
             raise CommandError(f"No such file or directory: {', '.join(missing)}")
+        special = [str(p) for p in options["paths"] if not (p.is_file() or p.is_dir())]
+        if special:
+            raise CommandError(f"Not a regular file or directory: {', '.join(special)}")
         started = time.monotonic()
         found = discover(options["paths"])
         counts: Counter[str] = Counter()

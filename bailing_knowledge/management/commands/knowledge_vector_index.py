@@ -49,7 +49,7 @@ class Command(BaseCommand):
             action="store_true",
             help="Change nothing; exit with an error if a size has no usable index.",
         )
-        parser.add_argument("--database", default=DEFAULT_DB_ALIAS)
+        parser.add_argument("--database", default=DEFAULT_DB_ALIAS, choices=tuple(connections))
         parser.add_argument("--json", action="store_true", help="Print a JSON summary.")
 
     def handle(self, *args: Any, **options: Any) -> None:
