@@ -12,7 +12,7 @@ from django.core.cache import caches
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
-from .conf import knowledge_settings
+from .conf import DEFAULTS, knowledge_settings
 from .models import AgentSession
 
 
@@ -24,7 +24,12 @@ class _AgentRateThrottle(SimpleRateThrottle):
         super().__init__()
 
     def get_rate(self) -> str | None:
-        return (knowledge_settings.THROTTLE_RATES or {}).get(self.scope)
+        # A scope the setting leaves out keeps its default: setting one rate must not turn
+        # the other throttle off (None does, for a scope or the whole key).
+        rates = knowledge_settings.THROTTLE_RATES
+        if rates is None:
+            return None
+        return rates.get(self.scope, DEFAULTS["THROTTLE_RATES"][self.scope])
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         session = request.auth

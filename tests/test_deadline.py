@@ -36,7 +36,7 @@ def agent():
 
 @pytest.fixture
 def budget(settings):
-    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {}, "DATABASE_WAIT_MS": 500}
+    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": None, "DATABASE_WAIT_MS": 500}
 
 
 def _slow_query(route):
@@ -79,7 +79,7 @@ def test_a_lock_wait_is_cut_at_the_budget_and_the_turn_survives(agent, budget):
 
 
 def test_no_budget_when_disabled(settings, agent):
-    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {}, "DATABASE_WAIT_MS": 0}
+    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": None, "DATABASE_WAIT_MS": 0}
     with bounded_database_wait() as deadline:
         assert deadline is None
     assert agent.get("/workspaces/orders/knowledge/capabilities").status_code == 200
@@ -268,7 +268,7 @@ def test_a_request_refused_before_any_statement_leaves_the_check_to_django(agent
 
 
 def test_without_a_wait_budget_django_checks_the_connection(settings, agent, kept_connections):
-    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {}, "DATABASE_WAIT_MS": 0}
+    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": None, "DATABASE_WAIT_MS": 0}
     assert _request(agent).status_code == 200
     with mock.patch.object(connection, "is_usable", wraps=connection.is_usable) as is_usable:
         assert _request(agent).status_code == 200

@@ -79,6 +79,15 @@ def test_client_throttle_counts_all_sessions_of_the_client(agent, route, setting
     assert_error(AgentCaller(other.access_token).get(URL), 429, "rate_limited")
 
 
+def test_a_scope_left_out_of_the_rates_keeps_its_default(settings):
+    from bailing_knowledge.throttling import ClientRateThrottle, SessionRateThrottle
+
+    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {"session": "60/min"}}
+    assert (SessionRateThrottle().rate, ClientRateThrottle().rate) == ("60/min", "600/min")
+    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": None}
+    assert (SessionRateThrottle().rate, ClientRateThrottle().rate) == (None, None)
+
+
 def test_database_failure_is_503_knowledge_unavailable_without_leak(agent, issued, route):
     secret_sql = "SELECT secret_column FROM hidden_table"
     with mock.patch(

@@ -104,7 +104,7 @@ def test_a_body_larger_than_the_limit_is_400_with_its_reason(agent, run_id, sett
         response = post_raw(agent, path, json.dumps({**body, key: big}))
         error = assert_error(response, 400, "invalid_request")
         assert "larger than 1048576 bytes" in error["reason"]
-    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {}, "MAX_BODY_BYTES": 100}
+    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": None, "MAX_BODY_BYTES": 100}
     response = post_raw(agent, SEARCH, json.dumps({"query": "r" * 100}))
     assert "larger than 100 bytes" in assert_error(response, 400, "invalid_request")["reason"]
 

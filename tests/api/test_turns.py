@@ -75,7 +75,7 @@ def test_legacy_turn_carries_inline_bodies(agent, route, documents):
 
 def test_inline_respects_route_settings_and_the_size_bound(agent, route, documents, settings):
     services.update_route(route, top_k=2, max_docs=1)
-    settings.BAILING_KNOWLEDGE = {"INLINE_MAX_BYTES": 300, "THROTTLE_RATES": {}}
+    settings.BAILING_KNOWLEDGE = {"INLINE_MAX_BYTES": 300, "THROTTLE_RATES": None}
     body = json.loads(post_turn(agent, turn(knowledge_delivery="inline")).content)
     assert 1 <= len(body["knowledge"]) <= 2
     assert len({item["title"] for item in body["knowledge"]}) == 1
