@@ -370,10 +370,15 @@ def read(
             "budget_exhausted": not more and not covers_source,
         }
 
-    # A placeholder the size of a cursor, so the first sizing already leaves room for it.
-    sized = {**envelope, "next_cursor": "x" * 80}
+    # Sized first without a cursor: the page that ends the window needs none, and takes all
+    # the room. A page that does not end it gets its cursor on the second sizing, which
+    # shrinks the room by exactly the cursor's cost (one render more than a placeholder,
+    # which would cost the last page the placeholder's size and could split a body that
+    # fits one page into two).
     # The piece holds `max_bytes` + `_LOOKAHEAD` characters past `start` (or runs to the end
     # of the body), more than a page can take: it is cut exactly as the whole body would be.
     end_limit = min(window.end - base, len(text))
-    response, _ = fit_read_page(sized, text, start - base, end_limit, max_bytes, finalize=finalize)
+    response, _ = fit_read_page(
+        envelope, text, start - base, end_limit, max_bytes, finalize=finalize
+    )
     return response

@@ -515,3 +515,41 @@ def test_reader_gets_knowledge_changed_when_the_document_changes_mid_chain():
     assert set(statuses[:-1]) == {200}
     content = "".join(page["content"] for _, page in results[:-1])
     assert bodies[1].startswith(content)
+
+
+def _ref_at_start(issued, route, document):
+    identity = signing.Identity.for_session(issued.session, route.route_key)
+    claims = signing.ReferenceClaims(
+        run_id=None,
+        knowledge_scope_revision=route.knowledge_scope_revision,
+        document_id=document.pk,
+        revision=document.revision,
+        content_hash=document.content_hash,
+        hit_start=0,
+        hit_end=1,
+    )
+    return signing.sign_reference(identity, claims)
+
+
+@pytest.mark.parametrize("max_bytes", [4096, 16384])
+def test_a_body_that_fits_one_page_exactly_is_one_page(issued, route, kb, max_bytes):
+    agent = AgentCaller(issued.access_token)
+    upsert_document(kb, "exact.md", "Exact", "x")
+    document = Document.objects.get(source_key="exact.md")
+    response = agent.post(
+        "/workspaces/orders/knowledge/read",
+        {"ref": _ref_at_start(issued, route, document), "max_bytes": max_bytes},
+    )
+    # What the page costs besides its content, and the size digits of a body of n bytes.
+    overhead = len(response.content) - len("x") - len("1")
+    size = next(n for n in range(max_bytes) if overhead + len(str(n)) + n == max_bytes)
+    body = "y" * size
+    upsert_document(kb, "exact.md", "Exact", body)
+    document = Document.objects.get(source_key="exact.md")
+    response = agent.post(
+        "/workspaces/orders/knowledge/read",
+        {"ref": _ref_at_start(issued, route, document), "max_bytes": max_bytes},
+    )
+    assert len(response.content) == max_bytes
+    page = json.loads(response.content)
+    assert (page["content"], page["next_cursor"], page["truncated"]) == (body, None, False)

@@ -118,8 +118,7 @@ def whole_body_read(session, route, ref, *, cursor=None, max_bytes, now) -> dict
             "budget_exhausted": not more and not covers_source,
         }
 
-    sized = {**envelope, "next_cursor": "x" * 80}
-    response, _ = fit_read_page(sized, body, start, window.end, max_bytes, finalize=finalize)
+    response, _ = fit_read_page(envelope, body, start, window.end, max_bytes, finalize=finalize)
     return response
 
 
