@@ -23,8 +23,12 @@ def current_run(
         .first()
     )
     states = {Run.State.CONTEXT_READY} | ({Run.State.PREPARING} if allow_preparing else set())
-    if run is None or run.state not in states:
-        raise RunNotCurrent()
-    if run.task_id is not None and not task_admits(run.task, session):
+    if run is None or run.state not in states or not task_allows(run, session):
         raise RunNotCurrent()
     return run
+
+
+def task_allows(run: Run, session: AgentSession) -> bool:
+    """Whether the run's task, if it has one, lets `session` go on with it (`task_admits`);
+    the run's `task` is loaded with it, or fetched here."""
+    return run.task_id is None or task_admits(run.task, session)

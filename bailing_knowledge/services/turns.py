@@ -26,6 +26,7 @@ from ..conf import knowledge_settings
 from ..exceptions import IdempotencyConflict, RouteNotAllowed, RunNotCurrent, log_database_error
 from ..models import AgentSession, Route, Run, Task
 from .read import pinned_bodies
+from .runs import task_allows
 from .search import find_hits, search_hints, sign_hits
 from .tasks import task_scope_hash
 
@@ -262,9 +263,7 @@ def complete_run(session: AgentSession, run_id: str, data: dict[str, Any]) -> di
         if run.completion_hash:
             if run.completion_hash != fingerprint:
                 raise IdempotencyConflict()
-        elif run.state != Run.State.CONTEXT_READY or (
-            run.task_id is not None and not task_admits(run.task, session)
-        ):
+        elif run.state != Run.State.CONTEXT_READY or not task_allows(run, session):
             raise RunNotCurrent()
         else:
             run.state = data["status"]

@@ -22,6 +22,7 @@ from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Document, Run, Task, content_hash
 from bailing_knowledge.services.read import read
 
+from ..services.test_read import ref_for
 from .conftest import AgentCaller, assert_error
 
 pytestmark = pytest.mark.django_db
@@ -517,20 +518,6 @@ def test_reader_gets_knowledge_changed_when_the_document_changes_mid_chain():
     assert bodies[1].startswith(content)
 
 
-def _ref_at_start(issued, route, document):
-    identity = signing.Identity.for_session(issued.session, route.route_key)
-    claims = signing.ReferenceClaims(
-        run_id=None,
-        knowledge_scope_revision=route.knowledge_scope_revision,
-        document_id=document.pk,
-        revision=document.revision,
-        content_hash=document.content_hash,
-        hit_start=0,
-        hit_end=1,
-    )
-    return signing.sign_reference(identity, claims)
-
-
 @pytest.mark.parametrize("max_bytes", [4096, 16384])
 def test_a_body_that_fits_one_page_exactly_is_one_page(issued, route, kb, max_bytes):
     agent = AgentCaller(issued.access_token)
@@ -538,7 +525,7 @@ def test_a_body_that_fits_one_page_exactly_is_one_page(issued, route, kb, max_by
     document = Document.objects.get(source_key="exact.md")
     response = agent.post(
         "/workspaces/orders/knowledge/read",
-        {"ref": _ref_at_start(issued, route, document), "max_bytes": max_bytes},
+        {"ref": ref_for(issued, route, document, 0, time.time()), "max_bytes": max_bytes},
     )
     # What the page costs besides its content, and the size digits of a body of n bytes.
     overhead = len(response.content) - len("x") - len("1")
@@ -548,7 +535,7 @@ def test_a_body_that_fits_one_page_exactly_is_one_page(issued, route, kb, max_by
     document = Document.objects.get(source_key="exact.md")
     response = agent.post(
         "/workspaces/orders/knowledge/read",
-        {"ref": _ref_at_start(issued, route, document), "max_bytes": max_bytes},
+        {"ref": ref_for(issued, route, document, 0, time.time()), "max_bytes": max_bytes},
     )
     assert len(response.content) == max_bytes
     page = json.loads(response.content)
