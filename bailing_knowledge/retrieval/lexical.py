@@ -244,6 +244,8 @@ class LexicalLeg:
         # Chunks a round found that cannot reach the leaders, left unscored (`_gate`).
         self._passed: set[int] = set()
         self._revisions: dict[int, int] = {}
+        # Chunks `_admit` checks at once, past the leaders, once it has met hidden ones.
+        self._check_batch = 0
         self.unverified = set()
         remember(self.kb_ids, self.terms, stats)
         idf = self._idf(stats)
@@ -301,6 +303,7 @@ class LexicalLeg:
         budget = int(knowledge_settings.SEARCH_LEXICAL_READ_BUDGET)
         size = FIRST_ROUND
         floor = 0.0  # levels bounded below this cannot change the proven ranks
+        hidden = 0  # chunks found hidden so far: refunded to the budget
         early, progress.early = progress.early, None
         while True:
             # The terms whose levels the round's plan read from their highest one down.
@@ -330,8 +333,12 @@ class LexicalLeg:
                     scores,
                     leaders,
                 )
-            budget -= read.rows
             self._admit(cursor, scores, leaders, params)
+            # Hidden chunks do not spend the budget: a principal who sees few of the
+            # matches would otherwise get the best of none. Their reading is bounded by
+            # the rounds (`MAX_ROUNDS`), each of at most the budget.
+            budget -= read.rows - (len(self._hidden) - hidden)
+            hidden = len(self._hidden)
             # The levels before the one the last row came from are read whole; from there
             # on (all of them, if rows came out of order) they stay unread.
             done = len(wanted) if read.rows < size else (read.last - 1 if read.in_order else 0)
@@ -394,7 +401,6 @@ class LexicalLeg:
                 "combined": tsquery,
                 "seen": rounds.id_array(scores, self._hidden, self._passed),
                 "budget": budget,
-                "check": True,  # it reads few chunks (CHECKED_ROWS)
             },
             scorer,
             scores,
@@ -490,6 +496,16 @@ class LexicalLeg:
             unchecked = [i for i in leaders.ids() if i not in self._visible]
             if not unchecked:
                 return
+            if self._check_batch > len(unchecked):
+                # Hidden leaders were met: check the next best chunks too, in batches that
+                # grow, so that many hidden ones cost few statements.
+                unchecked = [
+                    chunk_id
+                    for chunk_id, _ in top(
+                        ((i, s) for i, s in scores.items() if i not in self._visible),
+                        self._check_batch,
+                    )
+                ]
             cursor.execute(rounds.VISIBLE, {**params, "ids": rounds.id_array(unchecked)})
             visible = {row[0] for row in cursor.fetchall()}
             self._visible |= visible
@@ -499,6 +515,7 @@ class LexicalLeg:
                 self._hidden.add(chunk_id)
             if hidden:
                 leaders.rebuild(scores)
+                self._check_batch = 2 * max(self._check_batch, len(unchecked))
 
     def verification(self) -> Statement | None:
         """The statement that checks the documents of `unverified` (None: nothing to check),

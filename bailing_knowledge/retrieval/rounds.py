@@ -31,16 +31,18 @@ ROUND_LEXEMES = 400
 FEW = 300
 
 
-# Whether the document of chunk `c` lets it be seen, or NULL when `check` is false (see
-# `lexical.CHECKED_ROWS`). Scalar subqueries, a lookup by key per row, not EXISTS: the planner would
-# hash EXISTS over every document of the database. A document open to everyone is found in
-# the index of those alone (`OPEN_DOCUMENT_SQL`); only a chunk of another reads its
-# document's row. At a million chunks, that took a first round of 200 chunks from 2.86 to
-# 2.59 ms of server time; what remains of its check is about 0.8 ms (docs/performance.md).
-_CHECKED = f"""CASE WHEN %(check)s THEN coalesce(
+# Whether the document of chunk `c` lets it be seen (`_CHECKED`: or NULL when `check` is
+# false, see `lexical.CHECKED_ROWS`). Scalar subqueries, a lookup by key per row, not
+# EXISTS: the planner would hash EXISTS over every document of the database. A document open
+# to everyone is found in the index of those alone (`OPEN_DOCUMENT_SQL`); only a chunk of
+# another reads its document's row. At a million chunks, that took a first round of 200
+# chunks from 2.86 to 2.59 ms of server time; what remains of its check is about 0.8 ms
+# (docs/performance.md).
+_VISIBLE_ROW = f"""coalesce(
            (SELECT true FROM bailing_knowledge_document d WHERE {OPEN_DOCUMENT_SQL}),
            (SELECT true FROM bailing_knowledge_document d WHERE {DOCUMENT_VISIBLE_SQL}),
-           false) END"""  # noqa: S608
+           false)"""  # noqa: S608
+_CHECKED = f"CASE WHEN %(check)s THEN {_VISIBLE_ROW} END"
 
 # Each query term's count in chunk `c`, from its terms with positions: `'term':1A,2A ...`.
 _COUNTS = "ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{a}')::text"
@@ -93,14 +95,17 @@ def gated_round(terms: int) -> str:
 
 # The closing round: every unread chunk holding one of the combinations of terms that could
 # still reach the proven ranks (`bm25.reaching_combinations`), as one tsquery of ANDs under an OR.
+# It reads few (`lexical.CHECKED_ROWS`) and checks each one's document before the LIMIT: a
+# hidden chunk takes none of the budget.
 COMBINED = f"""/* bk:lexical */
 SELECT c.id, c.lexical_length,
        ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text, 0,
-       c.document_id, c.revision, {_CHECKED}
+       c.document_id, c.revision, true
 FROM bailing_knowledge_chunk c
 WHERE c.search_vector @@ %(combined)s::tsquery
   AND c.knowledge_base_id + 0 = ANY(%(kbs)s)
   AND c.id <> ALL(%(seen)s::bigint[])
+  AND {_VISIBLE_ROW}
 LIMIT %(budget)s
 """  # noqa: S608
 

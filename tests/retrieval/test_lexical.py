@@ -267,6 +267,35 @@ def test_hidden_chunks_never_count_towards_the_proven_ranks(
     assert any(marker in query["sql"] for query in queries.captured_queries) is checked_apart
 
 
+@pytest.mark.parametrize(
+    "checked_rows", [200, 0], ids=["rows-checked-by-the-round", "leaders-checked-apart"]
+)
+def test_hidden_chunks_do_not_spend_the_read_budget(kb, monkeypatch, settings, checked_rows):
+    """More hidden chunks than the read budget, each outscoring the one visible match: the
+    visible one is still found, and the search ends proven, not cut short. Reading hidden
+    chunks costs rounds (at most `MAX_ROUNDS`), not the budget the visible ones are read by;
+    a check that meets hidden leaders checks the next ones in growing batches."""
+    monkeypatch.setattr(lexical, "CHECKED_ROWS", checked_rows)
+    settings.BAILING_KNOWLEDGE = {"SEARCH_LEXICAL_PRUNING": 1.0, "SEARCH_LEXICAL_READ_BUDGET": 20}
+    for number in range(90):
+        upsert_document(
+            kb, f"staff-{number}.md", "Staff", "refund " * 20, metadata={"audiences": ["staff"]}
+        )
+    upsert_document(kb, "public.md", "Public", "refund policy and a few other words " * 3)
+    keys = dict(Chunk.objects.values_list("pk", "document__source_key"))
+    visibility = Visibility(audience="customer")
+    with CaptureQueriesContext(connection) as queries:
+        leg = LexicalLeg("refund", [kb], visibility, kb.language)
+        found = leg.ranking(3)
+    assert [keys[chunk_id] for chunk_id, _ in found] == ["public.md"]
+    assert found == LexicalLeg("refund", [kb], visibility, kb.language).exhaustive(3)
+    assert not leg.truncated
+    checks = [
+        q for q in queries.captured_queries if rounds.VISIBLE.split("WHERE")[0].strip() in q["sql"]
+    ]
+    assert len(checks) <= 8, len(checks)  # 90 hidden leaders, 3 at a time, would take 30
+
+
 @pytest.mark.parametrize("how", ["audience", "not-ready", "stale-revision"])
 def test_a_deferred_check_leaves_every_ranked_chunk_to_the_callers_check(kb, monkeypatch, how):
     """With its checks deferred, the leg looks no document up, in its rounds or apart, and
