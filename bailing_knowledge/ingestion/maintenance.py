@@ -14,6 +14,7 @@ from .. import signals
 from ..lookups import get_knowledge_base
 from ..models import Chunk, Document, KnowledgeBase
 from ..signals import send_on_commit
+from .lexicon import share_write_lock, writing_language
 from .outcomes import DocumentOutcome, UpsertResult
 from .pipeline import index_document
 from .preparation import prepare_documents
@@ -64,6 +65,7 @@ def _reindex(document: Document) -> UpsertResult:
         Document.objects.filter(pk=document.pk).update(last_error=prepared)
         return UpsertResult(DocumentOutcome.FAILED, document, 0, prepared, document.source_key)
     with transaction.atomic():
+        prepared = prepared.in_language(writing_language(kb.pk, kb.language))
         document = Document.objects.select_for_update().get(pk=document.pk)
         if document.content_hash != todo.digest:
             # A newer upsert already indexed other content.
@@ -106,7 +108,9 @@ def delete_document(kb: KnowledgeBase | str, source_key: str) -> bool:
     """Delete a document and its chunks; False when there was none."""
     kb = get_knowledge_base(kb)
     documents = Document.objects.filter(knowledge_base=kb, source_key=source_key)
-    # The document row first, as writers lock it: then its chunks, without a deadlock.
+    # The locks in the order every writer takes them: the KB's write lock, the document
+    # row, then its chunks.
+    share_write_lock(kb.pk)
     if not documents.select_for_update().exists():
         return False
     deleted, _ = documents.delete()

@@ -35,6 +35,20 @@ class PreparedDocument:
 
     document: CleanDocument
     rows: list[tuple[Any, ...]] = field(repr=False)
+    #: The language its lexical columns were analysed in.
+    language: str = ""
+
+    def in_language(self, language: str) -> PreparedDocument:
+        """The same rows with their lexical columns analysed in `language`: for a writer
+        that finds its knowledge base switched to another since it prepared them."""
+        if language == self.language:
+            return self
+        title_terms = document_terms(self.document.title, language)
+        rows = []
+        for row in self.rows:
+            lexical = encode_terms(chunk_terms(row[3], title_terms, language))
+            rows.append((*row[:7], lexical.length, lexical.levels, lexical.terms))
+        return PreparedDocument(self.document, rows, language)
 
 
 @lru_cache(maxsize=8)
@@ -124,5 +138,5 @@ def prepare_documents(
                     lexical.terms,
                 )
             )
-        prepared.append(PreparedDocument(document, rows))
+        prepared.append(PreparedDocument(document, rows, language))
     return prepared

@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from .. import signals
 from ..models import Chunk, Document, KnowledgeBase
 from ..signals import send_on_commit
+from .lexicon import writing_language
 from .outcomes import INDEXED, DocumentOutcome, UpsertResult
 from .preparation import PreparedDocument
 from .validation import CleanDocument
@@ -135,6 +136,9 @@ _SWAPPED_FIELDS = (
 
 
 def _swap_in_once(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[UpsertResult]:
+    # Before any row: a rebuild of the KB's terms is then done, or waits for this writer.
+    language = writing_language(kb.pk, kb.language)
+    batch = [prepared.in_language(language) for prepared in batch]
     keys = sorted(prepared.document.source_key for prepared in batch)
     # Locked in key order, so concurrent batches cannot deadlock on each other (batches in
     # one caller's transaction keep their locks until it ends: see docs/ingestion.md).

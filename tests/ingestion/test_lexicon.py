@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
 from bailing_knowledge import services
+from bailing_knowledge.ingestion import lexicon
 from bailing_knowledge.ingestion.documents import delete_document, reindex_document, upsert_document
 from bailing_knowledge.ingestion.lexicon import rebuild_lexical_index
 from bailing_knowledge.models import Document, KnowledgeBase, LexiconTerm
@@ -105,3 +109,88 @@ def test_a_rebuild_restores_lost_statistics(kb):
     assert rebuild_lexical_index(kb) == 1
     assert _stored(kb) == _counted(kb)
     assert _stored(other) == before
+
+
+def _lexemes(kb: KnowledgeBase) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, lexical_length, search_vector::text, lexical_terms::text "
+            "FROM bailing_knowledge_chunk WHERE knowledge_base_id = %s ORDER BY id",
+            [kb.pk],
+        )
+        return cursor.fetchall()
+
+
+def _wait_for_lock(granted: bool) -> None:
+    """Until an advisory lock is held alone (`granted`), or waited for."""
+    mode = "AND mode = 'ExclusiveLock'" if granted else ""
+    with connection.cursor() as cursor:
+        for _ in range(200):
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks "
+                f"WHERE locktype = 'advisory' AND granted = %s {mode}",
+                [granted],
+            )
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.05)
+
+
+WRITERS = {
+    "re-ingestion": lambda kb: upsert_document(kb, "a.md", "Runs", "She runs and jumps. " * 80),
+    "re-index": lambda kb: reindex_document(Document.objects.get(source_key="a.md")),
+    "delete": lambda kb: delete_document(kb, "a.md"),
+    "bulk-delete": lambda kb: Document.objects.filter(source_key="a.md").delete(),
+    "kb-delete": lambda kb: kb.delete(),
+}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_language_change_during_a_write_neither_deadlocks_nor_mixes_languages(
+    monkeypatch, writer
+):
+    """The rebuild of a language change holds its lock while a writer that read the old
+    language deletes or rewrites chunks of the KB: the writer waits before touching a row
+    (the rebuild then rewrites every chunk without waiting for it), both succeed, and what
+    the writer wrote is analysed in the new language."""
+    kb = services.create_knowledge_base("handbook")
+    upsert_document(kb, "a.md", "Runs", "She runs every morning. " * 80)
+    upsert_document(kb, "b.md", "Walks", "He walks every evening. " * 80)
+    kb = KnowledgeBase.objects.get(pk=kb.pk)  # the writer's copy: English
+    analysed = lexicon.document_terms
+    errors: list[Exception] = []
+
+    def held(title: str, language: str) -> list[str]:
+        # The rebuild holds its lock alone: go on once the writer waits for it.
+        _wait_for_lock(granted=False)
+        return analysed(title, language)
+
+    monkeypatch.setattr(lexicon, "document_terms", held)
+
+    def change() -> None:
+        try:
+            services.set_knowledge_base_language(kb.slug, "simple")
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=change)
+    thread.start()
+    _wait_for_lock(granted=True)
+    try:
+        WRITERS[writer](kb)
+    finally:
+        thread.join()
+    assert not errors
+    if writer == "kb-delete":
+        assert not LexiconTerm.objects.exists()
+        return
+    kb.refresh_from_db()
+    assert kb.language == "simple"
+    written = _lexemes(kb)
+    monkeypatch.setattr(lexicon, "document_terms", analysed)
+    rebuild_lexical_index(kb)
+    assert _lexemes(kb) == written  # already in the new language
+    assert _stored(kb) == _counted(kb)
