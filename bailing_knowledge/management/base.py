@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import NON_FIELD_ERRORS, ObjectDoesNotExist, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import IntegrityError
+from django.db import IntegrityError, InterfaceError, OperationalError
 
 from ..models import AgentSession, Client, KnowledgeBase, Route, Task
 
@@ -189,7 +189,19 @@ def render_fields(data: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-class ServiceCommand(BaseCommand):
+class KnowledgeCommand(BaseCommand):
+    """A command of this app: a database that is down or fails a statement ends it with one
+    line that says so, not a traceback (`--traceback` still shows one)."""
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        try:
+            return super().execute(*args, **options)
+        except (OperationalError, InterfaceError) as exc:
+            reason = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
+            raise CommandError(f"The database failed: {reason}") from exc
+
+
+class ServiceCommand(KnowledgeCommand):
     """A command made of subcommands, each handled by a `handle_<name>` method.
 
     Subclasses implement `add_subcommands` and the handlers; this class dispatches, and turns

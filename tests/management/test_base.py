@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from datetime import timedelta
 
 import pytest
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import OperationalError, connection
 
 from bailing_knowledge.management.base import (
     ServiceCommand,
@@ -119,3 +122,27 @@ def test_help_renders(args, capsys):
         call_command(*args, "--help")
     assert exit_info.value.code == 0
     assert "--json" in capsys.readouterr().out or len(args) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("knowledge_base", "list"),
+        ("agent_session", "list"),
+        ("knowledge_ingest", "handbook", "."),
+        ("knowledge_vector_index", "--check", "--dimensions", "256"),
+    ],
+)
+def test_a_database_that_cannot_be_reached_is_one_line_not_a_traceback(monkeypatch, args):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    connection.close()
+    monkeypatch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
+    monkeypatch.setitem(connection.settings_dict, "PORT", str(port))
+    with pytest.raises(CommandError) as raised:
+        call_command(*args)
+    message = str(raised.value)
+    assert message.startswith("The database failed: ") and "\n" not in message, message
+    assert isinstance(raised.value.__cause__, OperationalError)

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from bailing_knowledge.ingestion.documents import DocumentOutcome
 from bailing_knowledge.ingestion.loaders import discover
+from bailing_knowledge.management.base import KnowledgeCommand
 from bailing_knowledge.services import get_knowledge_base
 from bailing_knowledge.services.ingest import ingest_paths
 
@@ -32,7 +33,7 @@ OUTCOME_LABELS = {"created": "new", "updated": "updated", "unchanged": "unchange
 FAILED_EXIT_STATUS = 1
 
 
-class Command(BaseCommand):
+class Command(KnowledgeCommand):
     help = "Load .txt, .md, .html and .pdf files (or directories of them) into a knowledge base."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from bailing_knowledge.conf import knowledge_settings
@@ -23,6 +23,7 @@ from bailing_knowledge.database import (
     vector_index_name,
     vector_index_state,
 )
+from bailing_knowledge.management.base import KnowledgeCommand
 from bailing_knowledge.retrieval.embedders import EmbedderError, get_embedder
 
 ACTIONS = {
@@ -33,7 +34,7 @@ ACTIONS = {
 }
 
 
-class Command(BaseCommand):
+class Command(KnowledgeCommand):
     help = "Create the HNSW index for each configured embedder's vector size (idempotent)."
 
     def add_arguments(self, parser: CommandParser) -> None:
