@@ -530,6 +530,9 @@ def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
 
     Hidden files and directories (name starting with ".") are skipped; symbolic links to
     files are followed, links to directories are not (no cycles, no escaping the tree).
+    Whatever else is not a directory is yielded too, a dangling link or a named pipe among
+    them: loading it fails (`load_file` never opens such a file), so it is reported, not
+    silently left out.
     Files are sorted by their relative path, compared component by component. A file given
     as `root` yields itself, keyed by its name. Raises FileNotFoundError for a missing root.
     """
@@ -547,8 +550,7 @@ def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
             if _hidden(filename):
                 continue
             path = base / filename
-            if path.is_file():
-                found.append((path.relative_to(root).parts, path))
+            found.append((path.relative_to(root).parts, path))
     found.sort(key=lambda item: item[0])
     for parts, path in found:
         yield path, "/".join(parts)

@@ -6,6 +6,7 @@ DB-free: loaders are pure functions of a file's bytes.
 from __future__ import annotations
 
 import codecs
+import os
 import sys
 from pathlib import Path
 
@@ -432,8 +433,13 @@ def test_iter_files_follows_file_links_but_not_directory_links(tmp_path):
     (tmp_path / "docs/link.md").symlink_to(tmp_path / "docs/real.md")
     (tmp_path / "docs/loop").symlink_to(tmp_path / "docs", target_is_directory=True)
     (tmp_path / "docs/dangling.md").symlink_to(tmp_path / "missing.md")
+    os.mkfifo(tmp_path / "docs/pipe.md")
     keys = [key for _, key in iter_files(tmp_path / "docs")]
-    assert keys == ["link.md", "real.md"]
+    # What cannot be read is listed, for loading to report: never silently left out.
+    assert keys == ["dangling.md", "link.md", "pipe.md", "real.md"]
+    for name in ("dangling.md", "pipe.md"):
+        with pytest.raises(LoaderError, match=rf"^{name}: not a readable file$"):
+            load_file(tmp_path / "docs" / name)
 
 
 def test_iter_files_of_a_missing_path_raises(tmp_path):

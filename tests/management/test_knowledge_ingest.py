@@ -161,3 +161,17 @@ def test_the_exit_status_tells_a_script_whether_every_file_made_it(tmp_path):
     assert both.returncode == 1, both.stderr
     assert json.loads(both.stdout)["failed"] == 1
     assert both.stderr.strip().endswith("1 of 2 files failed.")
+
+
+def test_unreadable_entries_of_a_directory_are_reported_not_skipped(kb, tmp_path):
+    root = tmp_path / "batch"
+    root.mkdir()
+    (root / "good.md").write_text("# Good\n\nFine text.", encoding="utf-8")
+    (root / "gone.md").symlink_to(tmp_path / "moved-away.md")
+    os.mkfifo(root / "pipe.md")  # never opened: reading it would wait for a writer
+    out, _, failed = run_failing("knowledge_ingest", "handbook", str(root), "--json")
+    summary = json.loads(out)
+    assert (summary["new"], summary["failed"]) == (1, 2)
+    assert str(failed) == "2 of 3 files failed."
+    errors = {Path(f["path"]).name: f["error"] for f in summary["failures"]}
+    assert errors == {"gone.md": "not a readable file", "pipe.md": "not a readable file"}
