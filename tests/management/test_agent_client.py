@@ -55,12 +55,12 @@ def test_create_rejects_an_unknown_route(db):
 
 
 def test_create_rejects_a_duplicate_app_id(agent_client):
-    with pytest.raises(CommandError, match=r"app_id: .*already exists"):
+    with pytest.raises(CommandError, match=r"APP_ID: .*already exists"):
         run("agent_client", "create", agent_client.app_id)
 
 
 def test_create_rejects_an_invalid_app_id(db):
-    with pytest.raises(CommandError, match="app_id: Enter a valid"):
+    with pytest.raises(CommandError, match="APP_ID: Enter a valid"):
         run("agent_client", "create", "bad id")
 
 

@@ -82,13 +82,13 @@ def test_create_rejects_an_unknown_language():
 
 
 def test_create_rejects_a_duplicate_slug(kb):
-    with pytest.raises(CommandError, match=r"slug: .*already exists"):
+    with pytest.raises(CommandError, match=r"SLUG: .*already exists"):
         run("knowledge_base", "create", kb.slug)
     assert KnowledgeBase.objects.count() == 1
 
 
 def test_create_rejects_an_invalid_slug():
-    with pytest.raises(CommandError, match="slug: Enter a valid"):
+    with pytest.raises(CommandError, match="SLUG: Enter a valid"):
         run("knowledge_base", "create", "not a slug!")
     assert not KnowledgeBase.objects.exists()
 

@@ -94,12 +94,12 @@ def test_create_rejects_bad_settings(db, args, message):
 
 
 def test_create_rejects_a_duplicate_key(route):
-    with pytest.raises(CommandError, match=r"route_key: .*already exists"):
+    with pytest.raises(CommandError, match=r"ROUTE_KEY: .*already exists"):
         run("knowledge_route", "create", route.route_key)
 
 
 def test_create_rejects_an_invalid_key(db):
-    with pytest.raises(CommandError, match="route_key: Enter a valid"):
+    with pytest.raises(CommandError, match="ROUTE_KEY: Enter a valid"):
         run("knowledge_route", "create", "no spaces")
 
 

@@ -27,7 +27,7 @@ COLUMNS = {
 class Command(ServiceCommand):
     help = "Create, list, update, enable and disable agent clients."
 
-    field_options = {"name": "--name"}
+    field_options = {"app_id": "APP_ID", "name": "--name"}
 
     def add_subcommands(self, subparsers: argparse._SubParsersAction) -> None:
         create = self.add_subcommand(subparsers, "create", "Register an agent client.")

@@ -30,6 +30,7 @@ class Command(ServiceCommand):
     help = "Create, list, enable and disable knowledge bases, and set their language."
 
     field_options = {
+        "slug": "SLUG",
         "title": "--title",
         "description": "--description",
         "embedder": "--embedder",

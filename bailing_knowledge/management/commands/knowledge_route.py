@@ -96,6 +96,7 @@ class Command(ServiceCommand):
     help = "Create, list and update routes and the knowledge bases bound to them."
 
     field_options = {
+        "route_key": "ROUTE_KEY",
         "name": "--name",
         "allowed_audiences": "--audience",
         "top_k": "--top-k",
