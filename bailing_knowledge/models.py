@@ -13,7 +13,7 @@ from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.search import SearchVectorField
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, router, transaction
 from django.db.models import Q
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -21,6 +21,7 @@ from pgvector.django import HalfVectorField, HnswIndex, VectorField
 
 from . import constants
 from .database import hnsw_parameters
+from .locks import share_write_lock
 
 
 def _public_id(prefix: str) -> str:
@@ -92,6 +93,19 @@ class DeliveryMode(models.TextChoices):
     ON_DEMAND = "on_demand", "On demand"
 
 
+class KnowledgeBaseQuerySet(models.QuerySet):
+    def delete(self) -> tuple[int, dict[str, int]]:
+        """Delete with the locks in their order (`locks`): the knowledge bases' rows, then
+        their write locks, so that deleting one while its language changes cannot deadlock."""
+        with transaction.atomic(using=self.db):
+            ids = list(self.order_by("pk").select_for_update().values_list("pk", flat=True))
+            share_write_lock(ids, self.db)
+            return super().delete()
+
+    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.queryset_only = True  # type: ignore[attr-defined]
+
+
 class KnowledgeBase(models.Model):
     """A named set of documents that routes expose; admins toggle it with `enabled`."""
 
@@ -120,12 +134,25 @@ class KnowledgeBase(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = KnowledgeBaseQuerySet.as_manager()
+
     class Meta:
         ordering = ["slug"]
         verbose_name = "knowledge base"
 
     def __str__(self) -> str:
         return self.slug
+
+    def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict]:
+        """Deleted as `KnowledgeBaseQuerySet.delete` deletes: its row, then its write lock."""
+        using = using or router.db_for_write(type(self), instance=self)
+        with transaction.atomic(using=using):
+            list(
+                type(self)._default_manager.using(using).filter(pk=self.pk).select_for_update()
+                .values_list("pk", flat=True)
+            )  # fmt: skip
+            share_write_lock([self.pk], using)
+            return super().delete(using, keep_parents)
 
 
 class Route(models.Model):
@@ -323,6 +350,19 @@ class AgentSession(models.Model):
         return self.status_at(now) == self.Status.ACTIVE
 
 
+class DocumentQuerySet(models.QuerySet):
+    def delete(self) -> tuple[int, dict[str, int]]:
+        """Share the write locks of the documents' knowledge bases (`locks`) before any of
+        their rows is locked: the admin's delete action among others."""
+        with transaction.atomic(using=self.db):
+            kb_ids = self.order_by().values_list("knowledge_base_id", flat=True).distinct()
+            share_write_lock(list(kb_ids), self.db)
+            return super().delete()
+
+    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.queryset_only = True  # type: ignore[attr-defined]
+
+
 class Document(models.Model):
     """A source text in a KB; `revision` grows on every change of title or body."""
 
@@ -346,6 +386,8 @@ class Document(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = DocumentQuerySet.as_manager()
 
     class Meta:
         ordering = ["knowledge_base", "source_key"]
@@ -371,6 +413,13 @@ class Document(models.Model):
 
     def __str__(self) -> str:
         return self.source_key
+
+    def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict]:
+        """Deleted after sharing its knowledge base's write lock (`locks`)."""
+        using = using or router.db_for_write(type(self), instance=self)
+        with transaction.atomic(using=using):
+            share_write_lock([self.knowledge_base_id], using)
+            return super().delete(using, keep_parents)
 
 
 def vector_index(dimensions: int) -> HnswIndex:

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "embedded",
             "exceptions",
             "logging_filters",
+            "locks",
             "lookups",
             "markdown",
             "models",

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from bailing_knowledge import services
@@ -202,3 +203,33 @@ def test_session_status_is_one_rule_for_rows_and_queries(agent_client, route):
             assert (session in set(sessions.inactive(now))) is not session.is_active(now)
     assert short.status_at(short.expires_at) == "expired"
     assert (live.status, revoked.status) == ("active", "revoked")
+
+
+def test_deletes_share_the_write_lock_once_per_knowledge_base(kb):
+    """Every way of deleting documents or knowledge bases takes the write lock of `locks`
+    first, once per knowledge base (not once per document), and never loads bodies."""
+    from bailing_knowledge.ingestion.documents import upsert_document
+
+    for number in range(3):
+        upsert_document(kb, f"d{number}.md", "Doc", "Some text. " * 10)
+    with CaptureQueriesContext(connection) as queries:
+        Document.objects.filter(source_key__in=["d0.md", "d1.md"]).delete()
+    locks = [q["sql"] for q in queries.captured_queries if "pg_advisory_xact_lock" in q["sql"]]
+    assert len(locks) == 1
+    with CaptureQueriesContext(connection) as queries:
+        Document.objects.get(source_key="d2.md").delete()
+    assert any("pg_advisory_xact_lock" in q["sql"] for q in queries.captured_queries)
+    upsert_document(kb, "d3.md", "Doc", "Some text. " * 10)
+    with CaptureQueriesContext(connection) as queries:
+        KnowledgeBase.objects.filter(pk=kb.pk).delete()
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert any("FOR UPDATE" in s and "knowledgebase" in s for s in sql)
+    assert sum("pg_advisory_xact_lock" in s for s in sql) == 1
+    assert not any('"body"' in s for s in sql)  # the cascade reads keys, not bodies
+    assert not Document.objects.exists()
+
+
+def test_managers_offer_no_delete_of_everything():
+    """`delete` is overridden on the querysets; the managers must still not offer it."""
+    assert not hasattr(Document.objects, "delete")
+    assert not hasattr(KnowledgeBase.objects, "delete")

@@ -12,19 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import connection, transaction
 
+from ..locks import take_write_lock
 from ..models import KnowledgeBase
 from ..retrieval.analysis import document_terms
 from ..retrieval.postings import chunk_terms, encode_terms
 
 BATCH_CHUNKS = 2000
-
-# The key the chunk triggers share (per KB) and a rebuild takes alone: no chunk of the KB is
-# written or deleted while its statistics are counted again.
-LOCK_CLASS = 0x626B6C78
-_SHARE = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
-_LANGUAGE = f"SELECT language FROM {KnowledgeBase._meta.db_table} WHERE id = %s"  # noqa: S608
 
 _STAGE = """
 CREATE TEMPORARY TABLE IF NOT EXISTS bailing_knowledge_lexical_stage (
@@ -59,43 +54,12 @@ GROUP BY term
 """
 
 
-def share_write_lock(kb_id: int, using: str = DEFAULT_DB_ALIAS) -> None:
-    """Take, until the transaction ends, the lock every writer of `kb_id`'s chunks shares,
-    before it touches any chunk row.
-
-    The chunk triggers take it too, but only once the rows are locked: a rebuild, which
-    holds it alone while it rewrites every chunk, would wait for those rows while their
-    writer waits for it, and one of the two would fail as a deadlock."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(_SHARE, [LOCK_CLASS, kb_id % 2**31])
-
-
-def lock_before_delete(sender: type, instance: Any, using: str, **kwargs: Any) -> None:
-    """`pre_delete` receiver of knowledge bases and documents: deleting them through the ORM
-    (the admin's delete actions, a cascade) deletes chunks, so it shares the write lock of
-    their KB first. A document deleted with its KB is covered by the KB's own lock."""
-    if isinstance(instance, KnowledgeBase):
-        share_write_lock(instance.pk, using)
-    elif not isinstance(kwargs.get("origin"), KnowledgeBase):
-        share_write_lock(instance.knowledge_base_id, using)
-
-
-def writing_language(kb_id: int, language: str) -> str:
-    """Share the write lock of `kb_id` (`share_write_lock`) and return its language as it is
-    now: no rebuild can change it before the writer commits, so chunks analysed in it stay
-    right. `language`, the one the writer read earlier, when the KB is gone."""
-    share_write_lock(kb_id)
-    with connection.cursor() as cursor:
-        cursor.execute(_LANGUAGE, [kb_id])
-        row = cursor.fetchone()
-    return row[0] if row else language
-
-
 def rebuild_lexical_index(kb: KnowledgeBase) -> int:
     """Recompute the lexemes of every chunk of `kb` in its language; returns the chunks."""
     rebuilt = 0
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_CLASS, kb.pk % 2**31])
+        # Alone: no chunk of the KB is written or deleted while its statistics are counted.
+        take_write_lock(kb.pk)
         cursor.execute(
             "SELECT id, title FROM bailing_knowledge_document WHERE knowledge_base_id = %s",
             [kb.pk],

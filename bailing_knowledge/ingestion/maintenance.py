@@ -11,14 +11,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import signals
+from ..locks import share_write_lock
 from ..lookups import get_knowledge_base
 from ..models import Chunk, Document, KnowledgeBase
 from ..signals import send_on_commit
-from .lexicon import share_write_lock, writing_language
 from .outcomes import DocumentOutcome, UpsertResult
 from .pipeline import index_document
-from .preparation import prepare_documents
-from .storage import chunk_rows, write_chunks
+from .preparation import PreparedDocument, prepare_documents
+from .storage import REEMBEDDINGS, chunk_rows, lock_for_writing, write_chunks
 from .tasks import runs_inline, task
 from .validation import CleanDocument
 
@@ -60,21 +60,30 @@ def _reindex(document: Document) -> UpsertResult:
         document.content_hash,
     )
     kb = document.knowledge_base
-    (prepared,) = prepare_documents(kb.embedder, kb.language, [todo])
-    if isinstance(prepared, str):
-        Document.objects.filter(pk=document.pk).update(last_error=prepared)
-        return UpsertResult(DocumentOutcome.FAILED, document, 0, prepared, document.source_key)
-    with transaction.atomic():
-        prepared = prepared.in_language(writing_language(kb.pk, kb.language))
-        document = Document.objects.select_for_update().get(pk=document.pk)
-        if document.content_hash != todo.digest:
-            # A newer upsert already indexed other content.
-            return UpsertResult(
-                DocumentOutcome.UNCHANGED, document, 0, source_key=document.source_key
-            )
-        Chunk.objects.filter(document=document).delete()
-        write_chunks(chunk_rows(document, prepared))
-        Document.objects.filter(pk=document.pk).update(status=Document.Status.READY, last_error="")
+    for attempt in range(REEMBEDDINGS + 1):
+        (prepared,) = prepare_documents(kb.embedder, kb.language, [todo])
+        if isinstance(prepared, str):
+            Document.objects.filter(pk=document.pk).update(last_error=prepared)
+            return UpsertResult(DocumentOutcome.FAILED, document, 0, prepared, document.source_key)
+        with transaction.atomic():
+            lock_for_writing(kb)
+            if prepared.embedder == kb.embedder or attempt == REEMBEDDINGS:
+                return _write_reindexed(document, todo, prepared.in_language(kb.language))
+        # The KB switched embedders while this one embedded: embed again with the new one.
+    raise AssertionError("unreachable")
+
+
+def _write_reindexed(
+    document: Document, todo: CleanDocument, prepared: PreparedDocument
+) -> UpsertResult:
+    """The second half of a re-index, in its transaction: the new chunks swapped in."""
+    document = Document.objects.select_for_update().get(pk=document.pk)
+    if document.content_hash != todo.digest:
+        # A newer upsert already indexed other content.
+        return UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=document.source_key)
+    Chunk.objects.filter(document=document).delete()
+    write_chunks(chunk_rows(document, prepared))
+    Document.objects.filter(pk=document.pk).update(status=Document.Status.READY, last_error="")
     return UpsertResult(
         DocumentOutcome.UPDATED, document, len(prepared.rows), source_key=document.source_key
     )
@@ -110,7 +119,7 @@ def delete_document(kb: KnowledgeBase | str, source_key: str) -> bool:
     documents = Document.objects.filter(knowledge_base=kb, source_key=source_key)
     # The locks in the order every writer takes them: the KB's write lock, the document
     # row, then its chunks.
-    share_write_lock(kb.pk)
+    share_write_lock([kb.pk])
     if not documents.select_for_update().exists():
         return False
     deleted, _ = documents.delete()

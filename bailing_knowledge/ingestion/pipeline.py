@@ -19,7 +19,7 @@ from ..lookups import get_knowledge_base
 from ..models import Document, KnowledgeBase
 from .outcomes import DocumentOutcome, UpsertResult
 from .preparation import PreparedDocument, prepare_documents
-from .storage import is_current, record_failure, swap_in
+from .storage import is_current, lock_for_writing, record_failure, swap_in
 from .tasks import runs_inline, task
 from .validation import CleanDocument, DocumentInput, clean_document, validation_message
 
@@ -87,6 +87,7 @@ def _mark_pending(kb: KnowledgeBase, todo: CleanDocument) -> Document:
     A `ready` document keeps serving its current revision (its body is what its chunks were
     cut from) until the worker swaps the new one in; the queued task carries the content.
     """
+    lock_for_writing(kb)  # before the document's row: the order of `locks`
     document, created = Document.objects.select_for_update().get_or_create(
         knowledge_base=kb,
         source_key=todo.source_key,

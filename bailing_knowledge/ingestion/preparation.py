@@ -35,7 +35,9 @@ class PreparedDocument:
 
     document: CleanDocument
     rows: list[tuple[Any, ...]] = field(repr=False)
-    #: The language its lexical columns were analysed in.
+    #: The embedder alias its vectors come from, and the language its lexical columns were
+    #: analysed in: what storage compares with the knowledge base's when it writes.
+    embedder: str = ""
     language: str = ""
 
     def in_language(self, language: str) -> PreparedDocument:
@@ -48,7 +50,7 @@ class PreparedDocument:
         for row in self.rows:
             lexical = encode_terms(chunk_terms(row[3], title_terms, language))
             rows.append((*row[:7], lexical.length, lexical.levels, lexical.terms))
-        return PreparedDocument(self.document, rows, language)
+        return PreparedDocument(self.document, rows, self.embedder, language)
 
 
 @lru_cache(maxsize=8)
@@ -138,5 +140,5 @@ def prepare_documents(
                     lexical.terms,
                 )
             )
-        prepared.append(PreparedDocument(document, rows, language))
+        prepared.append(PreparedDocument(document, rows, alias, language))
     return prepared

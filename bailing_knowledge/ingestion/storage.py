@@ -17,11 +17,11 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 
 from .. import signals
+from ..locks import share_write_lock
 from ..models import Chunk, Document, KnowledgeBase
 from ..signals import send_on_commit
-from .lexicon import writing_language
 from .outcomes import INDEXED, DocumentOutcome, UpsertResult
-from .preparation import PreparedDocument
+from .preparation import PreparedDocument, prepare_documents
 from .validation import CleanDocument
 
 # The staging table is created once per database session, with the chunk table's own column
@@ -56,6 +56,29 @@ FROM bailing_knowledge_chunk_stage
 _EMPTY_STAGE = "TRUNCATE bailing_knowledge_chunk_stage"
 
 
+# The knowledge base as a writer must write it, its row kept from being deleted meanwhile.
+_WRITING = (
+    f"SELECT language, embedder FROM {KnowledgeBase._meta.db_table} "  # noqa: S608
+    "WHERE id = %s FOR KEY SHARE"
+)
+#: Times a batch is embedded again because its knowledge base switched embedders meanwhile,
+#: before it is written as it is (a switch re-indexes every document after it anyway).
+REEMBEDDINGS = 3
+
+
+def lock_for_writing(kb: KnowledgeBase) -> None:
+    """Take what a writer of `kb`'s documents and chunks holds until it commits, before any
+    of their rows (the order of `locks`): the KB's shared write lock, then its row against
+    deletion. `kb` takes the language and embedder it has now, which cannot change until
+    then: what is written must be analysed and embedded as they say."""
+    share_write_lock([kb.pk])
+    with connection.cursor() as cursor:
+        cursor.execute(_WRITING, [kb.pk])
+        row = cursor.fetchone()
+    if row is not None:
+        kb.language, kb.embedder = row
+
+
 def is_current(document: Document, digest: str) -> bool:
     """The document already serves exactly this content: nothing to index."""
     return document.content_hash == digest and document.status == Document.Status.READY
@@ -83,6 +106,7 @@ def chunk_rows(document: Document, prepared: PreparedDocument) -> Iterator[tuple
 def record_failure(kb: KnowledgeBase, todo: CleanDocument, error: str) -> UpsertResult:
     """Keep a serving document serving; create a new one as `failed` so it can be retried."""
     with transaction.atomic():
+        lock_for_writing(kb)
         document = (
             Document.objects.select_for_update()
             .filter(knowledge_base=kb, source_key=todo.source_key)
@@ -109,18 +133,50 @@ def record_failure(kb: KnowledgeBase, todo: CleanDocument, error: str) -> Upsert
 
 
 def swap_in(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[UpsertResult]:
-    """Swap the new revisions of a batch in, in one transaction; one result each, in order."""
+    """Swap the new revisions of a batch in, in one transaction; one result each, in order.
+
+    They are written as the knowledge base's language and embedder are under its lock
+    (`lock_for_writing`), which `kb` takes: a batch prepared before a switch of language is
+    analysed again; one prepared before a switch of embedder is embedded again (up to
+    `REEMBEDDINGS` times), and a document that then fails is recorded as failed."""
+    batch = list(batch)
+    failed: dict[int, str] = {}
     attempts = len(batch) + 1
-    for attempt in range(attempts):
+    reembeddings = 0
+    while True:
         try:
             with transaction.atomic():
-                return _swap_in_once(kb, batch)
+                lock_for_writing(kb)
+                if reembeddings < REEMBEDDINGS and any(
+                    prepared.embedder != kb.embedder for prepared in batch
+                ):
+                    raise _EmbedderSwitched
+                written = _swap_in_once(kb, [p for i, p in enumerate(batch) if i not in failed])
+            break
         except IntegrityError:
             # Another writer created one of the batch's new keys first: the retry sees it
             # and updates it instead. Each retry settles at least one key, hence the bound.
-            if attempt == attempts - 1:
+            attempts -= 1
+            if attempts == 0:
                 raise
-    raise AssertionError("unreachable")
+        except _EmbedderSwitched:
+            reembeddings += 1
+            todo = [(i, p.document) for i, p in enumerate(batch) if i not in failed]
+            again = prepare_documents(kb.embedder, kb.language, [d for _, d in todo])
+            for (i, _), outcome in zip(todo, again, strict=True):
+                if isinstance(outcome, str):
+                    failed[i] = outcome
+                else:
+                    batch[i] = outcome
+    results = iter(written)
+    return [
+        record_failure(kb, prepared.document, failed[i]) if i in failed else next(results)
+        for i, prepared in enumerate(batch)
+    ]
+
+
+class _EmbedderSwitched(Exception):
+    """The knowledge base uses another embedder than the batch was prepared with."""
 
 
 _SWAPPED_FIELDS = (
@@ -136,9 +192,7 @@ _SWAPPED_FIELDS = (
 
 
 def _swap_in_once(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[UpsertResult]:
-    # Before any row: a rebuild of the KB's terms is then done, or waits for this writer.
-    language = writing_language(kb.pk, kb.language)
-    batch = [prepared.in_language(language) for prepared in batch]
+    batch = [prepared.in_language(kb.language) for prepared in batch]
     keys = sorted(prepared.document.source_key for prepared in batch)
     # Locked in key order, so concurrent batches cannot deadlock on each other (batches in
     # one caller's transaction keep their locks until it ends: see docs/ingestion.md).

@@ -14,7 +14,7 @@ COUNTED = """
     SELECT c.knowledge_base_id, '', 1, c.lexical_length, 0 FROM {rows} c
 """
 # Writers of a KB's chunks share this lock; a rebuild of its statistics takes it alone
-# (ingestion/lexicon.py).
+# (bailing_knowledge/locks.py).
 LOCK = """
     PERFORM pg_advisory_xact_lock_shared(1651207288, (k.knowledge_base_id % 2147483648)::int)
     FROM (SELECT DISTINCT knowledge_base_id FROM {rows} ORDER BY 1) k;

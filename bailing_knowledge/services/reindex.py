@@ -19,6 +19,7 @@ from ..conf import check_embedder_alias
 from ..ingestion.documents import DocumentOutcome, UpsertResult, reindex_document
 from ..ingestion.lexicon import rebuild_lexical_index
 from ..ingestion.outcomes import INDEXED
+from ..locks import take_write_lock
 from ..lookups import get_knowledge_base
 from ..models import Document, KnowledgeBase
 from ..retrieval.analysis import check_language
@@ -81,7 +82,11 @@ def set_knowledge_base_embedder(kb: KnowledgeBase | str, alias: str) -> ReindexR
     check_embedder_alias(alias)
     if kb.embedder == alias:
         return ReindexReport()
-    KnowledgeBase.objects.filter(pk=kb.pk).update(embedder=alias)
+    with transaction.atomic():
+        KnowledgeBase.objects.filter(pk=kb.pk).update(embedder=alias)
+        # Alone: a writer that embedded with the old alias commits first, and so is among
+        # the documents re-embedded below; a later one embeds with the new alias.
+        take_write_lock(kb.pk)
     kb.embedder = alias
     report = reindex_knowledge_base(kb)
     send_on_commit(

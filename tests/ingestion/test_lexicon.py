@@ -122,14 +122,12 @@ def _lexemes(kb: KnowledgeBase) -> list[tuple]:
 
 
 def _wait_for_lock(granted: bool) -> None:
-    """Until an advisory lock is held alone (`granted`), or waited for."""
-    mode = "AND mode = 'ExclusiveLock'" if granted else ""
+    """Until an advisory lock is held alone (`granted`), or any lock is waited for."""
+    where = "locktype = 'advisory' AND mode = 'ExclusiveLock'" if granted else "true"
     with connection.cursor() as cursor:
         for _ in range(200):
             cursor.execute(
-                "SELECT count(*) FROM pg_locks "
-                f"WHERE locktype = 'advisory' AND granted = %s {mode}",
-                [granted],
+                f"SELECT count(*) FROM pg_locks WHERE granted = %s AND {where}", [granted]
             )
             if cursor.fetchone()[0]:
                 return

@@ -1,12 +1,18 @@
-"""The COPY writer's staging table, on the real database."""
+"""The COPY writer's staging table, and writes that meet a switch of embedder or language,
+on the real database."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
 
-from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.ingestion import maintenance, pipeline
+from bailing_knowledge.ingestion.documents import reindex_document, upsert_document
 from bailing_knowledge.ingestion.storage import STAGE_TYPES
+from bailing_knowledge.models import Chunk, Document, KnowledgeBase
+from bailing_knowledge.retrieval.embedders import HashingEmbedder
+from bailing_knowledge.retrieval.lexical import lexical_ranking
+from bailing_knowledge.retrieval.visibility import Visibility
 
 pytestmark = pytest.mark.django_db
 
@@ -26,3 +32,90 @@ def test_the_staging_types_are_the_staging_tables(kb):
     sent = list(STAGE_TYPES)
     assert len(actual) == len(sent)
     assert all(a == s or (s, a) in compatible for s, a in zip(sent, actual, strict=True)), actual
+
+
+HASHING = "bailing_knowledge.retrieval.embedders.HashingEmbedder"
+POISON = "tests.ingestion.test_documents.PoisonEmbedder"
+
+
+def _switch_after_preparing(monkeypatch, module, kb, **change) -> None:
+    """Make `module`'s first preparation be followed by a switch of `kb`, committed before
+    the write: what a switch by another process at that moment looks like to a writer."""
+    prepare = module.prepare_documents
+
+    def prepared_then_switched(*args, **kwargs):
+        result = prepare(*args, **kwargs)
+        if not switched:
+            switched.append(True)
+            KnowledgeBase.objects.filter(pk=kb.pk).update(**change)
+        return result
+
+    switched: list[bool] = []
+    monkeypatch.setattr(module, "prepare_documents", prepared_then_switched)
+
+
+@pytest.fixture
+def two_embedders(settings):
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {
+            "default": {"BACKEND": HASHING},
+            "small": {"BACKEND": HASHING, "OPTIONS": {"DIMENSIONS": 64}},
+            "poisoned": {"BACKEND": POISON, "OPTIONS": {"DIMENSIONS": 32}},
+        }
+    }
+
+
+def _dimensions(source_key: str) -> set[int]:
+    return set(
+        Chunk.objects.filter(document__source_key=source_key).values_list(
+            "embedding_dimensions", flat=True
+        )
+    )
+
+
+def test_a_document_embedded_before_a_switch_of_embedder_is_embedded_again(
+    kb, monkeypatch, two_embedders
+):
+    _switch_after_preparing(monkeypatch, pipeline, kb, embedder="small")
+    result = upsert_document(kb, "a.md", "Refunds", "Refunds are paid within five days.")
+    assert result.outcome == "created"
+    assert _dimensions("a.md") == {64}
+    kb = KnowledgeBase.objects.get(pk=kb.pk)
+    assert kb.embedder == "small"
+
+
+def test_a_document_that_fails_its_second_embedding_is_recorded_failed(
+    kb, monkeypatch, two_embedders
+):
+    upsert_document(kb, "a.md", "Refunds", "POISON refunds.")
+    _switch_after_preparing(monkeypatch, pipeline, kb, embedder="poisoned")
+    result = upsert_document(kb, "a.md", "Refunds", "POISON refunds, now in ten days.")
+    assert (result.outcome, result.error) == ("failed", "Embedding failed: poisoned")
+    document = Document.objects.get(source_key="a.md")
+    assert (document.status, document.revision) == ("ready", 1)  # still serving
+    assert _dimensions("a.md") == {HashingEmbedder().dimensions}
+
+
+def test_a_reindex_embedded_before_a_switch_of_embedder_is_embedded_again(
+    kb, monkeypatch, two_embedders
+):
+    upsert_document(kb, "a.md", "Refunds", "Refunds are paid within five days.")
+    _switch_after_preparing(monkeypatch, maintenance, kb, embedder="small")
+    result = reindex_document(Document.objects.get(source_key="a.md"))
+    assert result.outcome == "updated"
+    assert _dimensions("a.md") == {64}
+
+
+@pytest.mark.parametrize("module", [pipeline, maintenance], ids=["upsert", "reindex"])
+def test_a_document_analysed_before_a_switch_of_language_is_analysed_again(kb, monkeypatch, module):
+    if module is maintenance:
+        upsert_document(kb, "a.md", "Exercise", "She runs every morning.")
+    _switch_after_preparing(monkeypatch, module, kb, language="simple")
+    if module is maintenance:
+        reindex_document(Document.objects.get(source_key="a.md"))
+    else:
+        upsert_document(kb, "a.md", "Exercise", "She runs every morning.")
+    kb = KnowledgeBase.objects.get(pk=kb.pk)
+    # Indexed as `simple` indexes: `runs` as written, no stemming.
+    assert lexical_ranking("runs", [kb], Visibility(), 5)
+    assert lexical_ranking("running", [kb], Visibility(), 5) == []
