@@ -98,7 +98,8 @@ class KnowledgeBaseQuerySet(models.QuerySet):
         """Delete with the locks in their order (`locks`): the knowledge bases' rows, then
         their write locks, so that deleting one while its language changes cannot deadlock."""
         with transaction.atomic(using=self.db):
-            ids = list(self.order_by("pk").select_for_update().values_list("pk", flat=True))
+            rows = self.model._base_manager.using(self.db).filter(pk__in=self.values("pk"))
+            ids = list(rows.order_by("pk").select_for_update().values_list("pk", flat=True))
             share_write_lock(ids, self.db)
             return super().delete()
 

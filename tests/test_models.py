@@ -6,10 +6,12 @@ from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from bailing_knowledge import services
+from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import (
     AgentSession,
     Chunk,
@@ -208,8 +210,6 @@ def test_session_status_is_one_rule_for_rows_and_queries(agent_client, route):
 def test_deletes_share_the_write_lock_once_per_knowledge_base(kb):
     """Every way of deleting documents or knowledge bases takes the write lock of `locks`
     first, once per knowledge base (not once per document), and never loads bodies."""
-    from bailing_knowledge.ingestion.documents import upsert_document
-
     for number in range(3):
         upsert_document(kb, f"d{number}.md", "Doc", "Some text. " * 10)
     with CaptureQueriesContext(connection) as queries:
@@ -227,6 +227,17 @@ def test_deletes_share_the_write_lock_once_per_knowledge_base(kb):
     assert sum("pg_advisory_xact_lock" in s for s in sql) == 1
     assert not any('"body"' in s for s in sql)  # the cascade reads keys, not bodies
     assert not Document.objects.exists()
+
+
+def test_querysets_that_django_deletes_still_delete(kb):
+    """The locks taken first do not narrow what a queryset may be: distinct, annotated."""
+    upsert_document(kb, "a.md", "Doc", "Some text. " * 10)
+    Document.objects.filter(knowledge_base=kb).distinct().delete()
+    other = services.create_knowledge_base("other")
+    KnowledgeBase.objects.filter(pk__in=[kb.pk, other.pk]).annotate(
+        document_count=Count("documents")
+    ).distinct().delete()
+    assert not KnowledgeBase.objects.exists()
 
 
 def test_managers_offer_no_delete_of_everything():

@@ -54,10 +54,23 @@ GROUP BY term
 """
 
 
+# The KB's row first (the order of `locks`), and its language as it is now.
+_LANGUAGE = (
+    f"SELECT language FROM {KnowledgeBase._meta.db_table} "  # noqa: S608
+    "WHERE id = %s FOR NO KEY UPDATE"
+)
+
+
 def rebuild_lexical_index(kb: KnowledgeBase) -> int:
-    """Recompute the lexemes of every chunk of `kb` in its language; returns the chunks."""
+    """Recompute the lexemes of every chunk of `kb` in its language (as stored, which `kb`
+    takes); returns the chunks."""
     rebuilt = 0
     with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_LANGUAGE, [kb.pk])
+        row = cursor.fetchone()
+        if row is None:
+            return 0  # deleted meanwhile
+        kb.language = row[0]
         # Alone: no chunk of the KB is written or deleted while its statistics are counted.
         take_write_lock(kb.pk)
         cursor.execute(

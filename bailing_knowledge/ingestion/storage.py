@@ -56,11 +56,10 @@ FROM bailing_knowledge_chunk_stage
 _EMPTY_STAGE = "TRUNCATE bailing_knowledge_chunk_stage"
 
 
-# The knowledge base as a writer must write it, its row kept from being deleted meanwhile.
-_WRITING = (
-    f"SELECT language, embedder FROM {KnowledgeBase._meta.db_table} "  # noqa: S608
-    "WHERE id = %s FOR KEY SHARE"
-)
+# The knowledge base's row, kept from being deleted or re-keyed while a writer writes; then,
+# under its write lock, the language and embedder a writer must write with.
+_KEEP = f"SELECT 1 FROM {KnowledgeBase._meta.db_table} WHERE id = %s FOR KEY SHARE"  # noqa: S608
+_WRITING = f"SELECT language, embedder FROM {KnowledgeBase._meta.db_table} WHERE id = %s"  # noqa: S608
 #: Times a batch is embedded again because its knowledge base switched embedders meanwhile,
 #: before it is written as it is (a switch re-indexes every document after it anyway).
 REEMBEDDINGS = 3
@@ -68,11 +67,13 @@ REEMBEDDINGS = 3
 
 def lock_for_writing(kb: KnowledgeBase) -> None:
     """Take what a writer of `kb`'s documents and chunks holds until it commits, before any
-    of their rows (the order of `locks`): the KB's shared write lock, then its row against
-    deletion. `kb` takes the language and embedder it has now, which cannot change until
-    then: what is written must be analysed and embedded as they say."""
-    share_write_lock([kb.pk])
+    of their rows, in the order of `locks`: the KB's row (against its deletion), then its
+    shared write lock. `kb` then takes the language and embedder it has, which cannot change
+    until the writer commits: what is written must be analysed and embedded as they say.
+    (Read after the lock: a switch that held it has committed by then.)"""
     with connection.cursor() as cursor:
+        cursor.execute(_KEEP, [kb.pk])
+        share_write_lock([kb.pk])
         cursor.execute(_WRITING, [kb.pk])
         row = cursor.fetchone()
     if row is not None:
@@ -148,7 +149,9 @@ def swap_in(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[Upsert
             with transaction.atomic():
                 lock_for_writing(kb)
                 if reembeddings < REEMBEDDINGS and any(
-                    prepared.embedder != kb.embedder for prepared in batch
+                    prepared.embedder != kb.embedder
+                    for i, prepared in enumerate(batch)
+                    if i not in failed
                 ):
                     raise _EmbedderSwitched
                 written = _swap_in_once(kb, [p for i, p in enumerate(batch) if i not in failed])

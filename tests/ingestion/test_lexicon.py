@@ -7,10 +7,10 @@ import time
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import connection, transaction
 
 from bailing_knowledge import services
-from bailing_knowledge.ingestion import lexicon
+from bailing_knowledge.ingestion import lexicon, storage
 from bailing_knowledge.ingestion.documents import delete_document, reindex_document, upsert_document
 from bailing_knowledge.ingestion.lexicon import rebuild_lexical_index
 from bailing_knowledge.models import Document, KnowledgeBase, LexiconTerm
@@ -121,9 +121,9 @@ def _lexemes(kb: KnowledgeBase) -> list[tuple]:
         return cursor.fetchall()
 
 
-def _wait_for_lock(granted: bool) -> None:
-    """Until an advisory lock is held alone (`granted`), or any lock is waited for."""
-    where = "locktype = 'advisory' AND mode = 'ExclusiveLock'" if granted else "true"
+def _wait_for_lock(granted: bool, mode: str = "ExclusiveLock") -> None:
+    """Until an advisory lock is held in `mode` (`granted`), or any lock is waited for."""
+    where = f"locktype = 'advisory' AND mode = '{mode}'" if granted else "true"
     with connection.cursor() as cursor:
         for _ in range(200):
             cursor.execute(
@@ -192,3 +192,74 @@ def test_a_language_change_during_a_write_neither_deadlocks_nor_mixes_languages(
     rebuild_lexical_index(kb)
     assert _lexemes(kb) == written  # already in the new language
     assert _stored(kb) == _counted(kb)
+
+
+def _in_thread(work, errors: list[Exception]) -> threading.Thread:
+    def run() -> None:
+        try:
+            work()
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rebuild_on_its_own_and_a_deletion_of_its_knowledge_base_do_not_deadlock(monkeypatch):
+    """`knowledge_base reindex-lexical` calls the rebuild with no language change before
+    it: it takes the KB's row first all the same, so a deletion waits for it."""
+    kb = services.create_knowledge_base("handbook")
+    upsert_document(kb, "a.md", "Runs", "She runs every morning. " * 80)
+    analysed = lexicon.document_terms
+
+    def held(title: str, language: str) -> list[str]:
+        _wait_for_lock(granted=False)  # until the deletion waits
+        return analysed(title, language)
+
+    monkeypatch.setattr(lexicon, "document_terms", held)
+    errors: list[Exception] = []
+    thread = _in_thread(lambda: rebuild_lexical_index(KnowledgeBase.objects.get(pk=kb.pk)), errors)
+    _wait_for_lock(granted=True)
+    try:
+        KnowledgeBase.objects.get(pk=kb.pk).delete()
+    finally:
+        thread.join()
+    assert not errors
+    assert not KnowledgeBase.objects.exists() and not LexiconTerm.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_writer_and_a_new_slug_saved_with_a_language_change_do_not_deadlock(monkeypatch):
+    """The admin saves a KB's new slug (a key update of its row) and then changes its
+    language, in one transaction, while a writer of the KB holds its write lock: the writer
+    took the KB's row first, so the admin waits for it instead of deadlocking with it."""
+    kb = services.create_knowledge_base("handbook")
+    upsert_document(kb, "a.md", "Runs", "She runs every morning. " * 80)
+    shared = storage.share_write_lock
+
+    def held(kb_ids, *args) -> None:
+        shared(kb_ids, *args)
+        _wait_for_lock(granted=False)  # until the admin waits
+
+    monkeypatch.setattr(storage, "share_write_lock", held)
+    errors: list[Exception] = []
+    writer = KnowledgeBase.objects.get(pk=kb.pk)
+    thread = _in_thread(
+        lambda: upsert_document(writer, "a.md", "Runs", "She jumps and runs. " * 80), errors
+    )
+    _wait_for_lock(granted=True, mode="ShareLock")
+    try:
+        with transaction.atomic():  # the admin's change form
+            kb.slug = "handbook-2"
+            kb.save()
+            services.set_knowledge_base_language(kb, "simple")
+    finally:
+        thread.join()
+    assert not errors
+    written = _lexemes(kb)
+    rebuild_lexical_index(kb)
+    assert _lexemes(kb) == written  # the writer's chunks are in the new language too

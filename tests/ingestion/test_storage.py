@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from bailing_knowledge.ingestion import maintenance, pipeline
+from bailing_knowledge.ingestion import maintenance, pipeline, storage
 from bailing_knowledge.ingestion.documents import reindex_document, upsert_document
+from bailing_knowledge.ingestion.preparation import prepare_documents
 from bailing_knowledge.ingestion.storage import STAGE_TYPES
+from bailing_knowledge.ingestion.validation import clean_document
 from bailing_knowledge.models import Chunk, Document, KnowledgeBase
 from bailing_knowledge.retrieval.embedders import HashingEmbedder
 from bailing_knowledge.retrieval.lexical import lexical_ranking
@@ -119,3 +121,27 @@ def test_a_document_analysed_before_a_switch_of_language_is_analysed_again(kb, m
     # Indexed as `simple` indexes: `runs` as written, no stemming.
     assert lexical_ranking("runs", [kb], Visibility(), 5)
     assert lexical_ranking("running", [kb], Visibility(), 5) == []
+
+
+def test_a_batch_is_embedded_again_once_even_when_one_document_fails(
+    kb, monkeypatch, two_embedders
+):
+    todos = [
+        clean_document("a.md", "A", "POISON refunds.", {}),
+        clean_document("b.md", "B", "Parcels ship in two days.", {}),
+    ]
+    batch = prepare_documents(kb.embedder, kb.language, todos)
+    KnowledgeBase.objects.filter(pk=kb.pk).update(embedder="poisoned")
+    again = storage.prepare_documents
+    calls: list[list[str]] = []
+
+    def counted(alias, language, documents):
+        calls.append([document.source_key for document in documents])
+        return again(alias, language, documents)
+
+    monkeypatch.setattr(storage, "prepare_documents", counted)
+    results = storage.swap_in(kb, batch)
+    assert [(r.source_key, r.outcome) for r in results] == [("a.md", "failed"), ("b.md", "created")]
+    assert calls == [["a.md", "b.md"]]
+    assert _dimensions("b.md") == {32}
+    assert kb.embedder == "poisoned"
