@@ -22,6 +22,8 @@ from .storage import REEMBEDDINGS, chunk_rows, lock_for_writing, write_chunks
 from .tasks import runs_inline, task
 from .validation import CleanDocument
 
+GONE = "The document no longer exists."
+
 
 def reindex_document_task(document_id: int) -> UpsertResult:
     """Re-cut and re-embed a document's current content (e.g. after an embedder change).
@@ -32,7 +34,7 @@ def reindex_document_task(document_id: int) -> UpsertResult:
     """
     document = Document.objects.select_related("knowledge_base").filter(pk=document_id).first()
     if document is None:
-        return UpsertResult(DocumentOutcome.FAILED, None, 0, "The document no longer exists.")
+        return UpsertResult(DocumentOutcome.FAILED, None, 0, GONE)
     queued_at = document.reindex_queued_at
     try:
         return _reindex(document)
@@ -77,7 +79,11 @@ def _write_reindexed(
     document: Document, todo: CleanDocument, prepared: PreparedDocument
 ) -> UpsertResult:
     """The second half of a re-index, in its transaction: the new chunks swapped in."""
-    document = Document.objects.select_for_update().get(pk=document.pk)
+    # Ordered by id: the model's ordering would join the KB's row and lock it too.
+    current = Document.objects.select_for_update().filter(pk=document.pk).order_by("pk").first()
+    if current is None:  # deleted while it was embedded
+        return UpsertResult(DocumentOutcome.FAILED, None, 0, GONE, document.source_key)
+    document = current
     if document.content_hash != todo.digest:
         # A newer upsert already indexed other content.
         return UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=document.source_key)

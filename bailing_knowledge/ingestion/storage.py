@@ -108,9 +108,11 @@ def record_failure(kb: KnowledgeBase, todo: CleanDocument, error: str) -> Upsert
     """Keep a serving document serving; create a new one as `failed` so it can be retried."""
     with transaction.atomic():
         lock_for_writing(kb)
+        # Ordered by id: the model's ordering would join the KB's row and lock it too.
         document = (
             Document.objects.select_for_update()
             .filter(knowledge_base=kb, source_key=todo.source_key)
+            .order_by("pk")
             .first()
         )
         if document is not None:

@@ -20,7 +20,7 @@ from bailing_knowledge.retrieval.visibility import Visibility
 pytestmark = pytest.mark.django_db
 
 
-def _counted(kb: KnowledgeBase) -> dict[str, tuple[int, int]]:
+def counted_statistics(kb: KnowledgeBase) -> dict[str, tuple[int, int]]:
     """The statistics the triggers should hold, counted from the chunks themselves."""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -42,7 +42,7 @@ def _counted(kb: KnowledgeBase) -> dict[str, tuple[int, int]]:
     return counts
 
 
-def _stored(kb: KnowledgeBase) -> dict[str, tuple[int, int]]:
+def stored_statistics(kb: KnowledgeBase) -> dict[str, tuple[int, int]]:
     return {
         row.term: (row.chunks, row.length if row.term == "" else 0)
         for row in LexiconTerm.objects.filter(knowledge_base=kb)
@@ -53,15 +53,15 @@ def _stored(kb: KnowledgeBase) -> dict[str, tuple[int, int]]:
 def test_statistics_follow_every_write_and_delete(kb):
     upsert_document(kb, "a.md", "Refunds", "Refunds are paid within thirty days. " * 40)
     upsert_document(kb, "b.md", "Shipping", "Parcels ship in two days.")
-    assert _stored(kb) == _counted(kb)
+    assert stored_statistics(kb) == counted_statistics(kb)
     upsert_document(kb, "a.md", "Refunds", "Refunds are paid within ten days.")  # new revision
-    assert _stored(kb) == _counted(kb)
+    assert stored_statistics(kb) == counted_statistics(kb)
     reindex_document(Document.objects.get(source_key="b.md"))
-    assert _stored(kb) == _counted(kb)
+    assert stored_statistics(kb) == counted_statistics(kb)
     delete_document(kb, "b.md")
-    assert _stored(kb) == _counted(kb)
+    assert stored_statistics(kb) == counted_statistics(kb)
     Document.objects.filter(knowledge_base=kb).delete()  # as the admin's bulk delete does
-    assert _stored(kb) == {}
+    assert stored_statistics(kb) == {}
 
 
 def test_deleting_a_knowledge_base_deletes_its_statistics(kb):
@@ -90,7 +90,7 @@ def test_changing_the_language_reindexes_the_terms(kb):
     assert KnowledgeBase.objects.get(pk=kb.pk).language == "simple"
     assert lexical_ranking("running", [kb], Visibility(), 5) == []
     assert lexical_ranking("runs", [kb], Visibility(), 5)
-    assert _stored(kb) == _counted(kb)
+    assert stored_statistics(kb) == counted_statistics(kb)
 
 
 def test_an_unknown_language_is_refused_and_nothing_changes(kb):
@@ -104,14 +104,14 @@ def test_a_rebuild_restores_lost_statistics(kb):
     other = services.create_knowledge_base("other")
     upsert_document(kb, "a.md", "Refunds", "Refunds are paid within thirty days.")
     upsert_document(other, "b.md", "Shipping", "Parcels ship in two days.")
-    before = _stored(other)
+    before = stored_statistics(other)
     LexiconTerm.objects.filter(knowledge_base=kb).delete()
     assert rebuild_lexical_index(kb) == 1
-    assert _stored(kb) == _counted(kb)
-    assert _stored(other) == before
+    assert stored_statistics(kb) == counted_statistics(kb)
+    assert stored_statistics(other) == before
 
 
-def _lexemes(kb: KnowledgeBase) -> list[tuple]:
+def chunk_lexemes(kb: KnowledgeBase) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, lexical_length, search_vector::text, lexical_terms::text "
@@ -187,11 +187,11 @@ def test_a_language_change_during_a_write_neither_deadlocks_nor_mixes_languages(
         return
     kb.refresh_from_db()
     assert kb.language == "simple"
-    written = _lexemes(kb)
+    written = chunk_lexemes(kb)
     monkeypatch.setattr(lexicon, "document_terms", analysed)
     rebuild_lexical_index(kb)
-    assert _lexemes(kb) == written  # already in the new language
-    assert _stored(kb) == _counted(kb)
+    assert chunk_lexemes(kb) == written  # already in the new language
+    assert stored_statistics(kb) == counted_statistics(kb)
 
 
 def _in_thread(work, errors: list[Exception]) -> threading.Thread:
@@ -260,6 +260,6 @@ def test_a_writer_and_a_new_slug_saved_with_a_language_change_do_not_deadlock(mo
     finally:
         thread.join()
     assert not errors
-    written = _lexemes(kb)
+    written = chunk_lexemes(kb)
     rebuild_lexical_index(kb)
-    assert _lexemes(kb) == written  # the writer's chunks are in the new language too
+    assert chunk_lexemes(kb) == written  # the writer's chunks are in the new language too
