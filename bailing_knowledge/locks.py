@@ -20,18 +20,24 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 #: The advisory lock class ("bklx"); the key is the knowledge base's id modulo 2**31.
 WRITE_LOCK_CLASS = 0x626B6C78
+#: `KnowledgeBase`'s table (models import this module, so it cannot ask them).
+KNOWLEDGE_BASE_TABLE = "bailing_knowledge_knowledgebase"
 
+# The rows first, against their deletion (a key share: updates of other columns go on).
+_KEEP = f"SELECT 1 FROM {KNOWLEDGE_BASE_TABLE} WHERE id = ANY(%s) ORDER BY id FOR KEY SHARE"  # noqa: S608
 _SHARE = "SELECT pg_advisory_xact_lock_shared(%s, k) FROM unnest(%s::int[]) AS k"
 _ALONE = "SELECT pg_advisory_xact_lock(%s, %s)"
 
 
 def share_write_lock(kb_ids: Iterable[int], using: str = DEFAULT_DB_ALIAS) -> None:
-    """Share the write lock of each knowledge base in `kb_ids` (in key order), until the
-    transaction ends."""
-    keys = sorted({kb_id % 2**31 for kb_id in kb_ids})
-    if keys:
+    """Hold the rows of the knowledge bases in `kb_ids` against their deletion, then share
+    their write locks (in key order), until the transaction ends: what a writer of their
+    documents or chunks takes before any of those rows."""
+    ids = sorted(set(kb_ids))
+    if ids:
         with connections[using].cursor() as cursor:
-            cursor.execute(_SHARE, [WRITE_LOCK_CLASS, keys])
+            cursor.execute(_KEEP, [ids])
+            cursor.execute(_SHARE, [WRITE_LOCK_CLASS, sorted({i % 2**31 for i in ids})])
 
 
 def take_write_lock(kb_id: int, using: str = DEFAULT_DB_ALIAS) -> None:

@@ -351,13 +351,22 @@ class AgentSession(models.Model):
         return self.status_at(now) == self.Status.ACTIVE
 
 
+def _lock_documents(documents: models.QuerySet, using: str) -> None:
+    """Before deleting `documents`: their knowledge bases' write locks, then their own rows,
+    in the order writers lock them (`locks`), so that no writer adds chunks to one of them,
+    nor holds one, while its chunks and then itself are deleted."""
+    rows = documents.order_by("knowledge_base_id", "source_key")
+    share_write_lock(set(rows.values_list("knowledge_base_id", flat=True)), using)
+    list(rows.select_for_update().values_list("pk", flat=True))
+
+
 class DocumentQuerySet(models.QuerySet):
     def delete(self) -> tuple[int, dict[str, int]]:
-        """Share the write locks of the documents' knowledge bases (`locks`) before any of
-        their rows is locked: the admin's delete action among others."""
+        """Delete with the locks in their order (`_lock_documents`): the admin's delete
+        action among others."""
         with transaction.atomic(using=self.db):
-            kb_ids = self.order_by().values_list("knowledge_base_id", flat=True).distinct()
-            share_write_lock(list(kb_ids), self.db)
+            documents = self.model._base_manager.using(self.db)
+            _lock_documents(documents.filter(pk__in=self.values("pk")), self.db)
             return super().delete()
 
     delete.alters_data = True  # type: ignore[attr-defined]
@@ -416,10 +425,10 @@ class Document(models.Model):
         return self.source_key
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict]:
-        """Deleted after sharing its knowledge base's write lock (`locks`)."""
+        """Deleted as `DocumentQuerySet.delete` deletes (`_lock_documents`)."""
         using = using or router.db_for_write(type(self), instance=self)
         with transaction.atomic(using=using):
-            share_write_lock([self.knowledge_base_id], using)
+            _lock_documents(type(self)._base_manager.using(using).filter(pk=self.pk), using)
             return super().delete(using, keep_parents)
 
 

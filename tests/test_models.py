@@ -10,7 +10,7 @@ from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from bailing_knowledge import services
+from bailing_knowledge import locks, services
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import (
     AgentSession,
@@ -244,3 +244,7 @@ def test_managers_offer_no_delete_of_everything():
     """`delete` is overridden on the querysets; the managers must still not offer it."""
     assert not hasattr(Document.objects, "delete")
     assert not hasattr(KnowledgeBase.objects, "delete")
+
+
+def test_the_lock_module_names_the_knowledge_base_table():
+    assert KnowledgeBase._meta.db_table == locks.KNOWLEDGE_BASE_TABLE

@@ -15,14 +15,12 @@ from ..locks import share_write_lock
 from ..lookups import get_knowledge_base
 from ..models import Chunk, Document, KnowledgeBase
 from ..signals import send_on_commit
-from .outcomes import DocumentOutcome, UpsertResult
+from .outcomes import GONE, DocumentOutcome, UpsertResult
 from .pipeline import index_document
 from .preparation import PreparedDocument, prepare_documents
 from .storage import REEMBEDDINGS, chunk_rows, lock_for_writing, write_chunks
 from .tasks import runs_inline, task
 from .validation import CleanDocument
-
-GONE = "The document no longer exists."
 
 
 def reindex_document_task(document_id: int) -> UpsertResult:
@@ -53,6 +51,7 @@ def _reindex(document: Document) -> UpsertResult:
             document.title,
             document.body,
             document.metadata,
+            must_exist=True,
         )
     todo = CleanDocument(
         document.source_key,

@@ -18,6 +18,9 @@ class DocumentOutcome(StrEnum):
     FAILED = "failed"
 
 
+#: The error of a document deleted while it was being indexed again.
+GONE = "The document no longer exists."
+
 # The outcomes that wrote a new revision with its chunks.
 INDEXED = frozenset({DocumentOutcome.CREATED, DocumentOutcome.UPDATED})
 

@@ -15,6 +15,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from ..locks import share_write_lock
 from ..lookups import get_knowledge_base
 from ..models import Document, KnowledgeBase
 from .outcomes import DocumentOutcome, UpsertResult
@@ -32,7 +33,9 @@ BATCH_CHARACTERS = 2_000_000
 def _keep_unchanged(document: Document, todo: CleanDocument) -> UpsertResult:
     """An unchanged document still takes the new metadata (it needs no new revision)."""
     if document.metadata != todo.metadata:
-        Document.objects.filter(pk=document.pk).update(metadata=todo.metadata)
+        with transaction.atomic():
+            share_write_lock([document.knowledge_base_id])  # before the row: see `locks`
+            Document.objects.filter(pk=document.pk).update(metadata=todo.metadata)
         document.metadata = todo.metadata
     return UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=todo.source_key)
 
@@ -112,15 +115,24 @@ def _mark_pending(kb: KnowledgeBase, todo: CleanDocument) -> Document:
 
 
 def index_document(
-    knowledge_base_id: int, source_key: str, title: str, body: str, metadata: dict[str, Any]
+    knowledge_base_id: int,
+    source_key: str,
+    title: str,
+    body: str,
+    metadata: dict[str, Any],
+    *,
+    must_exist: bool = False,
 ) -> UpsertResult:
-    """Index new content for a document and swap it in atomically."""
+    """Index new content for a document and swap it in atomically.
+
+    `must_exist`: a re-index of a document that never served; if it was deleted meanwhile,
+    it stays deleted (the result is `failed`, `GONE`)."""
     kb = KnowledgeBase.objects.get(pk=knowledge_base_id)
     todo = clean_document(source_key, title, body, metadata)
     (prepared,) = prepare_documents(kb.embedder, kb.language, [todo])
     if isinstance(prepared, str):
-        return record_failure(kb, todo, prepared)
-    (result,) = swap_in(kb, [prepared])
+        return record_failure(kb, todo, prepared, must_exist=must_exist)
+    (result,) = swap_in(kb, [prepared], must_exist=must_exist)
     return result
 
 

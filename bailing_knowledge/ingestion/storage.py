@@ -20,7 +20,7 @@ from .. import signals
 from ..locks import share_write_lock
 from ..models import Chunk, Document, KnowledgeBase
 from ..signals import send_on_commit
-from .outcomes import INDEXED, DocumentOutcome, UpsertResult
+from .outcomes import GONE, INDEXED, DocumentOutcome, UpsertResult
 from .preparation import PreparedDocument, prepare_documents
 from .validation import CleanDocument
 
@@ -56,9 +56,7 @@ FROM bailing_knowledge_chunk_stage
 _EMPTY_STAGE = "TRUNCATE bailing_knowledge_chunk_stage"
 
 
-# The knowledge base's row, kept from being deleted or re-keyed while a writer writes; then,
-# under its write lock, the language and embedder a writer must write with.
-_KEEP = f"SELECT 1 FROM {KnowledgeBase._meta.db_table} WHERE id = %s FOR KEY SHARE"  # noqa: S608
+# Under the knowledge base's write lock, the language and embedder a writer must write with.
 _WRITING = f"SELECT language, embedder FROM {KnowledgeBase._meta.db_table} WHERE id = %s"  # noqa: S608
 #: Times a batch is embedded again because its knowledge base switched embedders meanwhile,
 #: before it is written as it is (a switch re-indexes every document after it anyway).
@@ -71,9 +69,8 @@ def lock_for_writing(kb: KnowledgeBase) -> None:
     shared write lock. `kb` then takes the language and embedder it has, which cannot change
     until the writer commits: what is written must be analysed and embedded as they say.
     (Read after the lock: a switch that held it has committed by then.)"""
+    share_write_lock([kb.pk])
     with connection.cursor() as cursor:
-        cursor.execute(_KEEP, [kb.pk])
-        share_write_lock([kb.pk])
         cursor.execute(_WRITING, [kb.pk])
         row = cursor.fetchone()
     if row is not None:
@@ -104,8 +101,11 @@ def chunk_rows(document: Document, prepared: PreparedDocument) -> Iterator[tuple
     return (head + row for row in prepared.rows)
 
 
-def record_failure(kb: KnowledgeBase, todo: CleanDocument, error: str) -> UpsertResult:
-    """Keep a serving document serving; create a new one as `failed` so it can be retried."""
+def record_failure(
+    kb: KnowledgeBase, todo: CleanDocument, error: str, *, must_exist: bool = False
+) -> UpsertResult:
+    """Keep a serving document serving; create a new one as `failed` so it can be retried
+    (unless it `must_exist`: one deleted meanwhile stays deleted)."""
     with transaction.atomic():
         lock_for_writing(kb)
         # Ordered by id: the model's ordering would join the KB's row and lock it too.
@@ -121,6 +121,8 @@ def record_failure(kb: KnowledgeBase, todo: CleanDocument, error: str) -> Upsert
                 document.status = Document.Status.FAILED
             Document.objects.filter(pk=document.pk).update(last_error=error, status=document.status)
             document.last_error = error
+        elif must_exist:
+            return UpsertResult(DocumentOutcome.FAILED, None, 0, GONE, todo.source_key)
         else:
             document = Document.objects.create(
                 knowledge_base=kb,
@@ -135,13 +137,16 @@ def record_failure(kb: KnowledgeBase, todo: CleanDocument, error: str) -> Upsert
     return UpsertResult(DocumentOutcome.FAILED, document, 0, error, todo.source_key)
 
 
-def swap_in(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[UpsertResult]:
+def swap_in(
+    kb: KnowledgeBase, batch: Sequence[PreparedDocument], *, must_exist: bool = False
+) -> list[UpsertResult]:
     """Swap the new revisions of a batch in, in one transaction; one result each, in order.
 
     They are written as the knowledge base's language and embedder are under its lock
     (`lock_for_writing`), which `kb` takes: a batch prepared before a switch of language is
     analysed again; one prepared before a switch of embedder is embedded again (up to
-    `REEMBEDDINGS` times), and a document that then fails is recorded as failed."""
+    `REEMBEDDINGS` times), and a document that then fails is recorded as failed.
+    `must_exist`: a document not found is not created (`failed`, `GONE`)."""
     batch = list(batch)
     failed: dict[int, str] = {}
     attempts = len(batch) + 1
@@ -156,7 +161,9 @@ def swap_in(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[Upsert
                     if i not in failed
                 ):
                     raise _EmbedderSwitched
-                written = _swap_in_once(kb, [p for i, p in enumerate(batch) if i not in failed])
+                written = _swap_in_once(
+                    kb, [p for i, p in enumerate(batch) if i not in failed], must_exist
+                )
             break
         except IntegrityError:
             # Another writer created one of the batch's new keys first: the retry sees it
@@ -175,7 +182,9 @@ def swap_in(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[Upsert
                     batch[i] = outcome
     results = iter(written)
     return [
-        record_failure(kb, prepared.document, failed[i]) if i in failed else next(results)
+        record_failure(kb, prepared.document, failed[i], must_exist=must_exist)
+        if i in failed
+        else next(results)
         for i, prepared in enumerate(batch)
     ]
 
@@ -196,7 +205,9 @@ _SWAPPED_FIELDS = (
 )
 
 
-def _swap_in_once(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[UpsertResult]:
+def _swap_in_once(
+    kb: KnowledgeBase, batch: Sequence[PreparedDocument], must_exist: bool = False
+) -> list[UpsertResult]:
     batch = [prepared.in_language(kb.language) for prepared in batch]
     keys = sorted(prepared.document.source_key for prepared in batch)
     # Locked in key order, so concurrent batches cannot deadlock on each other (batches in
@@ -220,6 +231,9 @@ def _swap_in_once(kb: KnowledgeBase, batch: Sequence[PreparedDocument]) -> list[
             results.append(
                 UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=todo.source_key)
             )
+            continue
+        if document is None and must_exist:
+            results.append(UpsertResult(DocumentOutcome.FAILED, None, 0, GONE, todo.source_key))
             continue
         if document is None:
             outcome = DocumentOutcome.CREATED

@@ -263,3 +263,32 @@ def test_a_writer_and_a_new_slug_saved_with_a_language_change_do_not_deadlock(mo
     written = chunk_lexemes(kb)
     rebuild_lexical_index(kb)
     assert chunk_lexemes(kb) == written  # the writer's chunks are in the new language too
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_a_document_and_its_knowledge_base_at_once_do_not_deadlock():
+    """`delete_document` holds the document's row while its knowledge base is deleted:
+    it took the KB's row first, so the KB's deletion waits for it, instead of deleting the
+    chunks the document's deletion then waits for."""
+    kb = services.create_knowledge_base("handbook")
+    upsert_document(kb, "a.md", "Runs", "She runs every morning. " * 80)
+
+    def held(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "FOR UPDATE" in sql and "bailing_knowledge_document" in sql:
+            _wait_for_lock(granted=False)  # until the KB's deletion waits
+        return result
+
+    def delete_one() -> None:
+        with connection.execute_wrapper(held):
+            assert delete_document(kb.slug, "a.md")
+
+    errors: list[Exception] = []
+    thread = _in_thread(delete_one, errors)
+    _wait_for_lock(granted=True, mode="ShareLock")
+    try:
+        KnowledgeBase.objects.get(pk=kb.pk).delete()
+    finally:
+        thread.join()
+    assert not errors
+    assert not KnowledgeBase.objects.exists()

@@ -8,6 +8,7 @@ from django.db import connection
 
 from bailing_knowledge.ingestion import maintenance, pipeline, storage
 from bailing_knowledge.ingestion.documents import reindex_document, upsert_document
+from bailing_knowledge.ingestion.outcomes import GONE
 from bailing_knowledge.ingestion.preparation import prepare_documents
 from bailing_knowledge.ingestion.storage import STAGE_TYPES
 from bailing_knowledge.ingestion.validation import clean_document
@@ -145,3 +146,23 @@ def test_a_batch_is_embedded_again_once_even_when_one_document_fails(
     assert calls == [["a.md", "b.md"]]
     assert _dimensions("b.md") == {32}
     assert kb.embedder == "poisoned"
+
+
+def test_a_reindex_of_a_document_deleted_meanwhile_leaves_it_deleted(kb, monkeypatch):
+    """A document that never served is re-indexed as a first indexing; deleted while it was
+    embedded, it is not created again."""
+    upsert_document(kb, "a.md", "Refunds", "Refunds are paid within five days.")
+    Document.objects.filter(source_key="a.md").update(status="failed")
+    Chunk.objects.all().delete()
+    document = Document.objects.get(source_key="a.md")
+    prepare = pipeline.prepare_documents
+
+    def prepared_then_deleted(*args, **kwargs):
+        result = prepare(*args, **kwargs)
+        Document.objects.filter(pk=document.pk).delete()
+        return result
+
+    monkeypatch.setattr(pipeline, "prepare_documents", prepared_then_deleted)
+    result = reindex_document(document)
+    assert (result.outcome, result.error) == ("failed", GONE)
+    assert not Document.objects.exists()
