@@ -868,3 +868,27 @@ def test_a_queued_reindex_says_so_and_shows_in_the_lists(admin_client, kb, setti
     assert "1 of 2 documents waiting for re-index" in page
     page = admin_client.get(admin_url(Document, "change", document.pk)).content.decode()
     assert "Re-index queued at" in page
+
+
+@pytest.mark.parametrize("model", [Document, KnowledgeBase, Route, Client, AgentSession])
+@pytest.mark.parametrize("how", ["delete-view", "delete-action"])
+def test_objects_that_own_chunks_or_runs_can_be_deleted(admin_client, rows, model, how):
+    """Chunks and runs have no delete permission of their own (the services write them):
+    deleting the document, knowledge base, route, client or session that owns them deletes
+    them with it, as the models cascade. (A task's runs protect it: it is not deleted.)"""
+    from bailing_knowledge.ingestion.documents import upsert_document
+
+    upsert_document(rows[KnowledgeBase], "chunked.md", "Chunked", "Text with chunks. " * 20)
+    target = rows[model] if model is not Document else Document.objects.get(source_key="chunked.md")
+    if how == "delete-view":
+        page = admin_client.get(admin_url(model, "delete", target.pk))
+        assert page.status_code == 200
+        assert page.context["perms_lacking"] == set(), page.context["perms_lacking"]
+        response = admin_client.post(admin_url(model, "delete", target.pk), {"post": "yes"})
+    else:
+        response = admin_client.post(
+            admin_url(model),
+            {"action": "delete_selected", "_selected_action": [target.pk], "post": "yes"},
+        )
+    assert response.status_code == 302, response.status_code
+    assert not model.objects.filter(pk=target.pk).exists()

@@ -23,11 +23,11 @@ from django.utils.html import format_html
 from .. import services
 from ..models import AgentSession, Client
 from .actions import error_text, toggle_action
-from .display import ListMedia, changelist_link, count_of, short_time
+from .display import ListMedia, OwnerAdmin, changelist_link, count_of, short_time
 from .forms import IssueSessionForm
 
 
-class ClientAdmin(admin.ModelAdmin):
+class ClientAdmin(OwnerAdmin):
     list_display = (
         "app_id",
         "name",
@@ -122,7 +122,7 @@ class SessionStatusFilter(admin.SimpleListFilter):
         return None
 
 
-class AgentSessionAdmin(admin.ModelAdmin):
+class AgentSessionAdmin(OwnerAdmin):
     list_display = (
         "session_id",
         "client",

@@ -62,3 +62,18 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class OwnerAdmin(admin.ModelAdmin):
+    """An admin whose objects own rows that only the services write (a `ReadOnlyAdmin`'s:
+    chunks, runs). Deleting an object deletes those with it, as the models cascade; their
+    lack of a delete permission of their own must not forbid deleting their owner."""
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, Any, Any, Any]:
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        owned = {
+            str(model._meta.verbose_name)
+            for model, model_admin in self.admin_site._registry.items()
+            if isinstance(model_admin, ReadOnlyAdmin)
+        }
+        return deleted, counts, set(perms_needed) - owned, protected

@@ -29,13 +29,20 @@ from ..ingestion.loaders import supported_suffixes
 from ..models import Chunk, Document, KnowledgeBase, Route
 from ..services.ingest import FileOutcome, ingest_paths
 from .actions import toggle_action
-from .display import ListMedia, ReadOnlyAdmin, changelist_link, count_of, short_time
+from .display import (
+    ListMedia,
+    OwnerAdmin,
+    ReadOnlyAdmin,
+    changelist_link,
+    count_of,
+    short_time,
+)
 from .forms import DocumentUploadForm, KnowledgeBaseForm
 from .playground import document_chunks
 from .reindexing import ReindexQueuedFilter, documents, report_reindex, status_with_reindex
 
 
-class KnowledgeBaseAdmin(admin.ModelAdmin):
+class KnowledgeBaseAdmin(OwnerAdmin):
     form = KnowledgeBaseForm
     list_display = (
         "slug",
@@ -207,7 +214,7 @@ def ingest_uploads(kb: KnowledgeBase, files: list[UploadedFile]) -> list[FileOut
         return list(ingest_paths(kb, paths))
 
 
-class DocumentAdmin(admin.ModelAdmin):
+class DocumentAdmin(OwnerAdmin):
     """Documents come from ingestion: the admin shows them and may delete them."""
 
     list_display = (

@@ -15,11 +15,11 @@ from django.utils.html import format_html
 from .. import services
 from ..models import Client, Route
 from .actions import toggle_action
-from .display import ListMedia, count_of
+from .display import ListMedia, OwnerAdmin, count_of
 from .playground import playground_urls
 
 
-class RouteAdmin(admin.ModelAdmin):
+class RouteAdmin(OwnerAdmin):
     list_display = (
         "route_key",
         "name",

@@ -17,10 +17,10 @@ from django.utils.html import format_html
 from ..models import Run, Task
 from ..services.tasks import set_task_state
 from .actions import toggle_action
-from .display import ReadOnlyAdmin, changelist_link, count_of
+from .display import OwnerAdmin, ReadOnlyAdmin, changelist_link, count_of
 
 
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(OwnerAdmin):
     list_display = ("task_id", "title", "state", "member_count", "run_count", "updated_at")
     list_display_links = ("task_id", "title")
     list_filter = ("state",)
