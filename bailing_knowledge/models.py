@@ -351,13 +351,18 @@ class AgentSession(models.Model):
         return self.status_at(now) == self.Status.ACTIVE
 
 
-def _lock_documents(documents: models.QuerySet, using: str) -> None:
+def _lock_documents(documents: models.QuerySet, using: str) -> list[int]:
     """Before deleting `documents`: their knowledge bases' write locks, then their own rows,
     in the order writers lock them (`locks`), so that no writer adds chunks to one of them,
-    nor holds one, while its chunks and then itself are deleted."""
-    rows = documents.order_by("knowledge_base_id", "source_key")
-    share_write_lock(set(rows.values_list("knowledge_base_id", flat=True)), using)
-    list(rows.select_for_update().values_list("pk", flat=True))
+    nor holds one, while its chunks and then itself are deleted. Returns the rows locked."""
+    kb_ids = set(documents.values_list("knowledge_base_id", flat=True))
+    share_write_lock(kb_ids, using)
+    rows = documents.filter(knowledge_base_id__in=kb_ids)
+    return list(
+        rows.order_by("knowledge_base_id", "source_key")
+        .select_for_update()
+        .values_list("pk", flat=True)
+    )
 
 
 class DocumentQuerySet(models.QuerySet):
@@ -366,8 +371,9 @@ class DocumentQuerySet(models.QuerySet):
         action among others."""
         with transaction.atomic(using=self.db):
             documents = self.model._base_manager.using(self.db)
-            _lock_documents(documents.filter(pk__in=self.values("pk")), self.db)
-            return super().delete()
+            locked = _lock_documents(documents.filter(pk__in=self.values("pk")), self.db)
+            # Those rows only: one that started to match meanwhile was not locked in order.
+            return super(DocumentQuerySet, self.filter(pk__in=locked)).delete()
 
     delete.alters_data = True  # type: ignore[attr-defined]
     delete.queryset_only = True  # type: ignore[attr-defined]

@@ -51,7 +51,7 @@ def _reindex(document: Document) -> UpsertResult:
             document.title,
             document.body,
             document.metadata,
-            must_exist=True,
+            document_id=document.pk,
         )
     todo = CleanDocument(
         document.source_key,

@@ -121,18 +121,18 @@ def index_document(
     body: str,
     metadata: dict[str, Any],
     *,
-    must_exist: bool = False,
+    document_id: int | None = None,
 ) -> UpsertResult:
     """Index new content for a document and swap it in atomically.
 
-    `must_exist`: a re-index of a document that never served; if it was deleted meanwhile,
-    it stays deleted (the result is `failed`, `GONE`)."""
+    `document_id`: a re-index of that row, a document that never served: deleted meanwhile,
+    it stays deleted (`failed`, `GONE`); given other content meanwhile, it is `unchanged`."""
     kb = KnowledgeBase.objects.get(pk=knowledge_base_id)
     todo = clean_document(source_key, title, body, metadata)
     (prepared,) = prepare_documents(kb.embedder, kb.language, [todo])
     if isinstance(prepared, str):
-        return record_failure(kb, todo, prepared, must_exist=must_exist)
-    (result,) = swap_in(kb, [prepared], must_exist=must_exist)
+        return record_failure(kb, todo, prepared, document_id=document_id)
+    (result,) = swap_in(kb, [prepared], document_id=document_id)
     return result
 
 

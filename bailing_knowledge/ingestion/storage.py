@@ -102,10 +102,12 @@ def chunk_rows(document: Document, prepared: PreparedDocument) -> Iterator[tuple
 
 
 def record_failure(
-    kb: KnowledgeBase, todo: CleanDocument, error: str, *, must_exist: bool = False
+    kb: KnowledgeBase, todo: CleanDocument, error: str, *, document_id: int | None = None
 ) -> UpsertResult:
-    """Keep a serving document serving; create a new one as `failed` so it can be retried
-    (unless it `must_exist`: one deleted meanwhile stays deleted)."""
+    """Keep a serving document serving; create a new one as `failed` so it can be retried.
+
+    `document_id`: the row a re-index works on (`_stale`): one deleted meanwhile stays
+    deleted, one given other content meanwhile is left to that content's indexing."""
     with transaction.atomic():
         lock_for_writing(kb)
         # Ordered by id: the model's ordering would join the KB's row and lock it too.
@@ -115,14 +117,14 @@ def record_failure(
             .order_by("pk")
             .first()
         )
+        if document_id is not None and (stale := _stale(document, document_id, todo)):
+            return stale
         if document is not None:
             # A serving document keeps serving; a queued or failed one is now `failed`.
             if document.status != Document.Status.READY:
                 document.status = Document.Status.FAILED
             Document.objects.filter(pk=document.pk).update(last_error=error, status=document.status)
             document.last_error = error
-        elif must_exist:
-            return UpsertResult(DocumentOutcome.FAILED, None, 0, GONE, todo.source_key)
         else:
             document = Document.objects.create(
                 knowledge_base=kb,
@@ -138,7 +140,7 @@ def record_failure(
 
 
 def swap_in(
-    kb: KnowledgeBase, batch: Sequence[PreparedDocument], *, must_exist: bool = False
+    kb: KnowledgeBase, batch: Sequence[PreparedDocument], *, document_id: int | None = None
 ) -> list[UpsertResult]:
     """Swap the new revisions of a batch in, in one transaction; one result each, in order.
 
@@ -146,7 +148,7 @@ def swap_in(
     (`lock_for_writing`), which `kb` takes: a batch prepared before a switch of language is
     analysed again; one prepared before a switch of embedder is embedded again (up to
     `REEMBEDDINGS` times), and a document that then fails is recorded as failed.
-    `must_exist`: a document not found is not created (`failed`, `GONE`)."""
+    `document_id`: a re-index of that one row, of one document (`_stale`)."""
     batch = list(batch)
     failed: dict[int, str] = {}
     attempts = len(batch) + 1
@@ -162,7 +164,7 @@ def swap_in(
                 ):
                     raise _EmbedderSwitched
                 written = _swap_in_once(
-                    kb, [p for i, p in enumerate(batch) if i not in failed], must_exist
+                    kb, [p for i, p in enumerate(batch) if i not in failed], document_id
                 )
             break
         except IntegrityError:
@@ -182,7 +184,7 @@ def swap_in(
                     batch[i] = outcome
     results = iter(written)
     return [
-        record_failure(kb, prepared.document, failed[i], must_exist=must_exist)
+        record_failure(kb, prepared.document, failed[i], document_id=document_id)
         if i in failed
         else next(results)
         for i, prepared in enumerate(batch)
@@ -205,8 +207,20 @@ _SWAPPED_FIELDS = (
 )
 
 
+def _stale(document: Document | None, document_id: int, todo: CleanDocument) -> UpsertResult | None:
+    """What a re-index of row `document_id` with `todo`'s content comes to when the row it
+    finds (`document`, locked) is not that one any more: deleted (or deleted and created
+    again), `failed` with `GONE`; given other content, `unchanged`, that content's indexing
+    being its own. None: the row is as the re-index read it."""
+    if document is None or document.pk != document_id:
+        return UpsertResult(DocumentOutcome.FAILED, None, 0, GONE, todo.source_key)
+    if document.content_hash != todo.digest:
+        return UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=todo.source_key)
+    return None
+
+
 def _swap_in_once(
-    kb: KnowledgeBase, batch: Sequence[PreparedDocument], must_exist: bool = False
+    kb: KnowledgeBase, batch: Sequence[PreparedDocument], document_id: int | None = None
 ) -> list[UpsertResult]:
     batch = [prepared.in_language(kb.language) for prepared in batch]
     keys = sorted(prepared.document.source_key for prepared in batch)
@@ -232,8 +246,8 @@ def _swap_in_once(
                 UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=todo.source_key)
             )
             continue
-        if document is None and must_exist:
-            results.append(UpsertResult(DocumentOutcome.FAILED, None, 0, GONE, todo.source_key))
+        if document_id is not None and (stale := _stale(document, document_id, todo)):
+            results.append(stale)
             continue
         if document is None:
             outcome = DocumentOutcome.CREATED

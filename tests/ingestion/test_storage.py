@@ -148,21 +148,40 @@ def test_a_batch_is_embedded_again_once_even_when_one_document_fails(
     assert kb.embedder == "poisoned"
 
 
-def test_a_reindex_of_a_document_deleted_meanwhile_leaves_it_deleted(kb, monkeypatch):
-    """A document that never served is re-indexed as a first indexing; deleted while it was
-    embedded, it is not created again."""
+@pytest.mark.parametrize("meanwhile", ["deleted", "created-again", "new-content"])
+def test_a_reindex_of_a_never_served_document_respects_what_happened_meanwhile(
+    kb, monkeypatch, meanwhile
+):
+    """A document that never served is re-indexed as a first indexing. Deleted while it was
+    embedded, it stays deleted; deleted and created again with other content, or given other
+    content, the new content stays (the re-index writes nothing over it)."""
     upsert_document(kb, "a.md", "Refunds", "Refunds are paid within five days.")
     Document.objects.filter(source_key="a.md").update(status="failed")
     Chunk.objects.all().delete()
     document = Document.objects.get(source_key="a.md")
     prepare = pipeline.prepare_documents
 
-    def prepared_then_deleted(*args, **kwargs):
+    def prepared_then_changed(*args, **kwargs):
         result = prepare(*args, **kwargs)
-        Document.objects.filter(pk=document.pk).delete()
+        monkeypatch.setattr(pipeline, "prepare_documents", prepare)
+        if meanwhile == "new-content":
+            Document.objects.filter(pk=document.pk).update(content_hash="0" * 64, body="New.")
+        else:
+            Document.objects.filter(pk=document.pk).delete()
+        if meanwhile == "created-again":
+            upsert_document(kb, "a.md", "Refunds", "Refunds are now paid within ten days.")
         return result
 
-    monkeypatch.setattr(pipeline, "prepare_documents", prepared_then_deleted)
+    monkeypatch.setattr(pipeline, "prepare_documents", prepared_then_changed)
     result = reindex_document(document)
+    if meanwhile == "new-content":
+        assert result.outcome == "unchanged"
+        assert Document.objects.get(pk=document.pk).body == "New."
+        return
     assert (result.outcome, result.error) == ("failed", GONE)
-    assert not Document.objects.exists()
+    if meanwhile == "deleted":
+        assert not Document.objects.exists()
+    else:
+        (again,) = Document.objects.all()
+        assert again.pk != document.pk and again.body == "Refunds are now paid within ten days."
+        assert again.status == "ready"
