@@ -7,6 +7,8 @@ new ones are written, in one transaction. The knowledge-base operations built on
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -107,7 +109,9 @@ def reindex_document(document: Document) -> UpsertResult:
     served also turns `pending`. A `ready` one stays `ready` and keeps serving its chunks.
     """
     if runs_inline(reindex_task):
-        return reindex_document_task(document.pk)
+        result = reindex_document_task(document.pk)
+        # Gone before it started, it has no row left to name it: the caller's copy does.
+        return result if result.source_key else replace(result, source_key=document.source_key)
     with transaction.atomic():
         Document.objects.filter(pk=document.pk).update(reindex_queued_at=timezone.now())
         Document.objects.filter(pk=document.pk, status=Document.Status.FAILED).update(

@@ -185,3 +185,11 @@ def test_a_reindex_of_a_never_served_document_respects_what_happened_meanwhile(
         (again,) = Document.objects.all()
         assert again.pk != document.pk and again.body == "Refunds are now paid within ten days."
         assert again.status == "ready"
+
+
+def test_a_reindex_of_a_document_gone_before_it_started_names_it(kb):
+    upsert_document(kb, "a.md", "Refunds", "Refunds are paid within five days.")
+    document = Document.objects.get(source_key="a.md")
+    Document.objects.filter(pk=document.pk).delete()
+    result = reindex_document(document)
+    assert (result.outcome, result.error, result.source_key) == ("failed", GONE, "a.md")
