@@ -93,14 +93,19 @@ class DeliveryMode(models.TextChoices):
     ON_DEMAND = "on_demand", "On demand"
 
 
+def _lock_knowledge_bases(rows: models.QuerySet, using: str) -> None:
+    """Before deleting knowledge bases: their rows, then their write locks, in the order of
+    `locks`, so that deleting one while its language changes cannot deadlock."""
+    ids = list(rows.order_by("pk").select_for_update().values_list("pk", flat=True))
+    share_write_lock(ids, using)
+
+
 class KnowledgeBaseQuerySet(models.QuerySet):
     def delete(self) -> tuple[int, dict[str, int]]:
-        """Delete with the locks in their order (`locks`): the knowledge bases' rows, then
-        their write locks, so that deleting one while its language changes cannot deadlock."""
+        """Delete with the locks in their order (`_lock_knowledge_bases`)."""
         with transaction.atomic(using=self.db):
             rows = self.model._base_manager.using(self.db).filter(pk__in=self.values("pk"))
-            ids = list(rows.order_by("pk").select_for_update().values_list("pk", flat=True))
-            share_write_lock(ids, self.db)
+            _lock_knowledge_bases(rows, self.db)
             return super().delete()
 
     delete.alters_data = True  # type: ignore[attr-defined]
@@ -145,14 +150,10 @@ class KnowledgeBase(models.Model):
         return self.slug
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict]:
-        """Deleted as `KnowledgeBaseQuerySet.delete` deletes: its row, then its write lock."""
+        """Deleted as `KnowledgeBaseQuerySet.delete` deletes (`_lock_knowledge_bases`)."""
         using = using or router.db_for_write(type(self), instance=self)
         with transaction.atomic(using=using):
-            list(
-                type(self)._default_manager.using(using).filter(pk=self.pk).select_for_update()
-                .values_list("pk", flat=True)
-            )  # fmt: skip
-            share_write_lock([self.pk], using)
+            _lock_knowledge_bases(type(self)._base_manager.using(using).filter(pk=self.pk), using)
             return super().delete(using, keep_parents)
 
 

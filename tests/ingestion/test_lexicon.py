@@ -134,6 +134,20 @@ def _wait_for_lock(granted: bool, mode: str = "ExclusiveLock") -> None:
             time.sleep(0.05)
 
 
+def _in_thread(work, errors: list[Exception]) -> threading.Thread:
+    def run() -> None:
+        try:
+            work()
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 WRITERS = {
     "re-ingestion": lambda kb: upsert_document(kb, "a.md", "Runs", "She runs and jumps. " * 80),
     "re-index": lambda kb: reindex_document(Document.objects.get(source_key="a.md")),
@@ -166,16 +180,7 @@ def test_a_language_change_during_a_write_neither_deadlocks_nor_mixes_languages(
 
     monkeypatch.setattr(lexicon, "document_terms", held)
 
-    def change() -> None:
-        try:
-            services.set_knowledge_base_language(kb.slug, "simple")
-        except Exception as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=change)
-    thread.start()
+    thread = _in_thread(lambda: services.set_knowledge_base_language(kb.slug, "simple"), errors)
     _wait_for_lock(granted=True)
     try:
         WRITERS[writer](kb)
@@ -192,20 +197,6 @@ def test_a_language_change_during_a_write_neither_deadlocks_nor_mixes_languages(
     rebuild_lexical_index(kb)
     assert chunk_lexemes(kb) == written  # already in the new language
     assert stored_statistics(kb) == counted_statistics(kb)
-
-
-def _in_thread(work, errors: list[Exception]) -> threading.Thread:
-    def run() -> None:
-        try:
-            work()
-        except Exception as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 @pytest.mark.django_db(transaction=True)
