@@ -17,6 +17,8 @@ TURN_MAX_RENDERERS: Final = 20
 
 TRUST_REFERENCE_ONLY: Final = "reference_only"
 DELIVERY_MODES: Final = ("inline", "on_demand")
+SEARCH_STATUSES: Final = ("ok", "disabled", "partial", "unavailable")
+RUN_END_STATES: Final = ("completed", "failed", "cancelled")
 
 SEARCH_MAX_RESULTS: Final = 3
 SEARCH_MAX_BYTES: Final = 4096

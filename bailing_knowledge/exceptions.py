@@ -173,7 +173,11 @@ def _translate(exc: Exception, context: dict[str, Any]) -> tuple[AgentAPIError, 
     if isinstance(exc, RequestDataTooBig):
         # Django's own upload limit, met when something read the body before the parser.
         return InvalidRequest("The request body is too large."), extra
-    if isinstance(exc, exceptions.ParseError | exceptions.UnsupportedMediaType):
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        return InvalidRequest(
+            "The request body must be JSON, sent with Content-Type: application/json."
+        ), extra
+    if isinstance(exc, exceptions.ParseError):
         return InvalidRequest("The request body must be a JSON object."), extra
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         return Unauthorized(), extra

@@ -14,7 +14,13 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .conf import knowledge_settings
-from .exceptions import InternalError, KnowledgeUnavailable, error_body, log_database_error
+from .exceptions import (
+    InternalError,
+    KnowledgeUnavailable,
+    NotFound,
+    error_body,
+    log_database_error,
+)
 
 logger = logging.getLogger("bailing_knowledge")
 
@@ -29,6 +35,10 @@ class NoStoreMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
         if self._ours(request):
+            if response.status_code == 404 and not _is_json(response):
+                # A path under the prefix that no URL pattern matched (`/agent-api/`,
+                # `/agent-api/v2/...`): Django's HTML page, in the agent API's envelope.
+                response = JsonResponse(error_body(NotFound), status=404)
             response["Cache-Control"] = "no-store"
         return response
 
@@ -47,3 +57,7 @@ class NoStoreMiddleware:
             response[header] = value
         response["Cache-Control"] = "no-store"
         return response
+
+
+def _is_json(response: HttpResponse) -> bool:
+    return response.get("Content-Type", "").startswith("application/json")

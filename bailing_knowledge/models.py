@@ -214,6 +214,11 @@ class Route(models.Model):
         if not math.isfinite(self.min_score):
             raise ValidationError({"min_score": "Must be a finite number between 0 and 1."})
 
+    def admits_audience(self, audience: str) -> bool:
+        """Whether principals of `audience` may use the route (the request's check, in SQL,
+        is `bailing_knowledge_live_session_and_route`)."""
+        return not self.allowed_audiences or audience in self.allowed_audiences
+
     def knowledge_configuration(self) -> dict[str, Any]:
         """The inputs of `knowledge_scope_revision`: KB set and state, retrieval settings."""
         kbs = sorted(self.knowledge_bases.all(), key=lambda kb: kb.pk)

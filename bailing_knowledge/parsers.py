@@ -24,8 +24,12 @@ from .exceptions import InvalidRequest
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+class _NotJSON(ValueError):
+    """What Python's `json` accepts and JSON does not: `NaN`, `Infinity`, `-Infinity`."""
+
+
 def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
+    raise _NotJSON(f"{name} is not a JSON number")
 
 
 def check_json_value(data: Any, max_depth: int) -> str | None:
@@ -78,12 +82,16 @@ class AgentJSONParser(BaseParser):
             raise too_large
         try:
             text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRequest("The request body is not valid UTF-8.") from None
+        try:
             data = json.loads(text, parse_constant=_reject_constant)
         except RecursionError:
             raise InvalidRequest("The request body is nested too deeply.") from None
+        except _NotJSON as exc:
+            raise InvalidRequest(f"The request body is not valid JSON: {exc}.") from None
         except ValueError:
-            # Covers invalid UTF-8 and malformed JSON alike.
-            raise InvalidRequest("The request body must be a JSON object.") from None
+            raise InvalidRequest("The request body is not valid JSON.") from None
         problem = check_json_value(data, int(knowledge_settings.MAX_JSON_DEPTH))
         if problem:
             raise InvalidRequest(problem)

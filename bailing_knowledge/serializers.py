@@ -133,7 +133,7 @@ class SearchResponseSerializer(serializers.Serializer):
     route = serializers.CharField()
     run_id = serializers.CharField(required=False, help_text="Present when the request had one.")
     knowledge_scope_revision = serializers.CharField()
-    status = serializers.ChoiceField(choices=["ok", "disabled", "partial", "unavailable"])
+    status = serializers.ChoiceField(choices=list(constants.SEARCH_STATUSES))
     trust = serializers.ChoiceField(choices=[constants.TRUST_REFERENCE_ONLY])
     hints = SearchHintSerializer(many=True)
     truncated = serializers.BooleanField()
@@ -277,7 +277,7 @@ class TurnResponseSerializer(serializers.Serializer):
 class CompleteRequestSerializer(StrictSerializer):
     assistant_message_id = StrictCharField(max_length=200)
     status = serializers.ChoiceField(
-        choices=["completed", "failed", "cancelled"],
+        choices=list(constants.RUN_END_STATES),
         default="completed",
         error_messages={"invalid_choice": 'Must be "completed", "failed" or "cancelled".'},
     )
@@ -291,5 +291,5 @@ class CompleteRequestSerializer(StrictSerializer):
 class CompleteResponseSerializer(serializers.Serializer):
     schema_version = serializers.ChoiceField(choices=[constants.SCHEMA_RUN_COMPLETION])
     run_id = serializers.CharField()
-    state = serializers.ChoiceField(choices=["completed", "failed", "cancelled"])
+    state = serializers.ChoiceField(choices=list(constants.RUN_END_STATES))
     completed_at = serializers.DateTimeField()

@@ -487,6 +487,21 @@ def test_issue_form_reports_errors_on_fields(admin_client, agent_client, route, 
     assert not TOKEN_RE.search(response.content.decode())
 
 
+def test_issuing_a_session_a_route_refuses_warns_on_the_token_page(
+    admin_client, agent_client, route
+):
+    services.update_route(route, audiences=["partners"])
+    response = admin_client.post(
+        admin_url(AgentSession, "add"), issue_form_data(agent_client, route)
+    )
+    assert response.status_code == 200
+    assert AgentSession.objects.count() == 1
+    assert (
+        "The session has audience 'staff', which route(s) 'orders' do not admit: its calls "
+        "there will answer 403 route_not_allowed until those routes admit it."
+    ) in message_texts(response)
+
+
 def test_issue_form_refuses_routes_outside_the_client(admin_client, agent_client):
     outside = services.create_route("billing")
     response = admin_client.post(

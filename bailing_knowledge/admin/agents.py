@@ -234,6 +234,9 @@ class AgentSessionAdmin(OwnerAdmin):
         if form.issued is None or form.issued.session is not obj:
             raise RuntimeError("The issue form did not issue this session.")
         obj._issued_access_token = form.issued.access_token
+        warning = form.issued.refused_routes_warning()
+        if warning is not None:
+            self.message_user(request, warning, messages.WARNING)
 
     def response_add(
         self, request: HttpRequest, obj: AgentSession, post_url_continue: str | None = None

@@ -133,7 +133,7 @@ def refusals(session: AgentSession, route: Route) -> list[str]:
         reasons.append("403 route_not_allowed: the route is disabled.")
     if not route.agent_client_enabled:
         reasons.append("403 route_not_allowed: agent access to the route is switched off.")
-    if route.allowed_audiences and session.principal_audience not in route.allowed_audiences:
+    if not route.admits_audience(session.principal_audience):
         reasons.append("403 route_not_allowed: the route does not admit this audience.")
     return reasons
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -67,6 +67,13 @@ class _Endpoint:
         self.base_url = base_url.rstrip("/")
         self.route = route
         self.api_prefix = "/" + api_prefix.strip("/") if api_prefix.strip("/") else ""
+        if self.api_prefix and urlsplit(self.base_url).path.endswith(self.api_prefix):
+            # Every path would hold the prefix twice, and the capabilities answer's 404 reads
+            # as a server that predates the protocol: the agent would quietly fall back.
+            raise ValueError(
+                f"base_url is the business system's URL without the API prefix: drop "
+                f"{self.api_prefix!r} from it."
+            )
         self._token = access_token
         # A stable, non-reversible name for the current authorization: caches key on it.
         self.authorization_key = hashlib.sha256(access_token.encode("utf-8")).hexdigest()

@@ -210,6 +210,8 @@ class ServiceCommand(KnowledgeCommand):
     """
 
     field_options: ClassVar[dict[str, str]] = {}
+    # Where a subcommand takes a field by another name (a positional argument, say).
+    subcommand_field_options: ClassVar[dict[str, dict[str, str]]] = {}
 
     def add_arguments(self, parser: CommandParser) -> None:
         subparsers = parser.add_subparsers(
@@ -238,18 +240,19 @@ class ServiceCommand(KnowledgeCommand):
         try:
             handler(**options)
         except ValidationError as exc:
-            raise CommandError(self.format_validation_error(exc)) from exc
+            raise CommandError(self.format_validation_error(exc, subcommand)) from exc
         except ObjectDoesNotExist as exc:
             raise CommandError(str(exc) or "No such object.") from exc
         except IntegrityError as exc:  # e.g. two admins creating the same slug at once
             raise CommandError(f"The database rejected the change: {exc}") from exc
 
-    def format_validation_error(self, exc: ValidationError) -> str:
+    def format_validation_error(self, exc: ValidationError, subcommand: str = "") -> str:
         if not hasattr(exc, "error_dict"):
             return "\n".join(exc.messages)
+        options = {**self.field_options, **self.subcommand_field_options.get(subcommand, {})}
         lines = []
         for field, messages in exc.message_dict.items():
-            label = "" if field == NON_FIELD_ERRORS else self.field_options.get(field, field)
+            label = "" if field == NON_FIELD_ERRORS else options.get(field, field)
             lines.extend(f"{label}: {message}" if label else message for message in messages)
         return "\n".join(lines)
 

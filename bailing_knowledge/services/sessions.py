@@ -29,6 +29,9 @@ class IssuedSession:
 
     session: AgentSession
     access_token: str
+    # Keys of the session's routes that do not admit its audience today: every call the
+    # session makes on them is 403 until the route's audiences change.
+    refused_routes: tuple[str, ...] = ()
 
     @property
     def session_id(self) -> str:
@@ -40,6 +43,18 @@ class IssuedSession:
 
     def __repr__(self) -> str:  # keep the token out of logs and tracebacks
         return f"IssuedSession(session_id={self.session_id!r}, access_token='***')"
+
+    def refused_routes_warning(self) -> str | None:
+        """A sentence for whoever issued the session when some of its routes refuse it."""
+        if not self.refused_routes:
+            return None
+        audience = self.session.principal_audience
+        named = f"audience {audience!r}" if audience else "no audience"
+        keys = ", ".join(repr(key) for key in self.refused_routes)
+        return (
+            f"The session has {named}, which route(s) {keys} do not admit: its calls there "
+            f"will answer 403 route_not_allowed until those routes admit it."
+        )
 
 
 def new_access_token() -> str:
@@ -123,7 +138,8 @@ def issue_session(
     session.save()
     session.allowed_routes.set(resolved)
     send_on_commit(signals.session_issued, AgentSession, session=session)
-    return IssuedSession(session=session, access_token=token)
+    refused = tuple(r.route_key for r in resolved if not r.admits_audience(audience))
+    return IssuedSession(session=session, access_token=token, refused_routes=refused)
 
 
 def list_sessions(

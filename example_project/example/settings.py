@@ -97,4 +97,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/agent-api/v1",
+    # The app's choice sets, each under one name (else drf-spectacular warns).
+    "ENUM_NAME_OVERRIDES": {
+        "SearchStatusEnum": "bailing_knowledge.constants.SEARCH_STATUSES",
+        "RunEndStateEnum": "bailing_knowledge.constants.RUN_END_STATES",
+        "KnowledgeDeliveryEnum": "bailing_knowledge.constants.DELIVERY_MODES",
+    },
 }

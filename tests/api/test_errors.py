@@ -117,7 +117,16 @@ def test_middleware_turns_errors_outside_the_views_into_json(client):
     assert_error(client.get("/agent-api/v1/crash"), 500, "internal_error", "/etc/passwd")
 
 
+@pytest.mark.parametrize("path", ["/agent-api/", "/agent-api/v2/workspaces/x/knowledge/search"])
+def test_paths_under_the_prefix_that_no_pattern_matches_are_a_json_404(client, db, path):
+    """Outside the mounted `v1/`, Django would answer its HTML 404 page."""
+    for response in (client.get(path), client.post(path, {}, content_type="application/json")):
+        body = assert_error(response, 404, "not_found")
+        assert body["reason"] == "There is no such endpoint."
+
+
 def test_middleware_leaves_other_paths_alone(client, db):
+    assert client.get("/no-such-page/").get("Content-Type", "").startswith("text/html")
     response = client.get("/admin/login/")
     assert response.status_code == 200
     assert response.get("Cache-Control", "") != "no-store"

@@ -98,6 +98,36 @@ def test_malformed_bodies_are_400(agent, route, raw):
     assert_error(post_raw(agent, SEARCH, raw), 400, "invalid_request")
 
 
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b'{"query": "caf\xe9"}', "The request body is not valid UTF-8."),
+        (b'{"query": "refunds"', "The request body is not valid JSON."),
+        (b'{"query": NaN}', "The request body is not valid JSON: NaN is not a JSON number."),
+        (b"-Infinity", "The request body is not valid JSON: -Infinity is not a JSON number."),
+    ],
+)
+def test_a_malformed_body_is_refused_with_the_rule_it_breaks(agent, route, raw, reason):
+    assert assert_error(post_raw(agent, SEARCH, raw), 400, "invalid_request")["reason"] == reason
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"]
+)
+def test_a_body_sent_as_anything_but_json_names_the_content_type(agent, route, content_type):
+    """`curl -d` sends a form's content type: the reason says what to send instead."""
+    response = agent.http.post(
+        BASE + SEARCH,
+        data=b'{"query": "refunds"}',
+        content_type=content_type,
+        headers={"Authorization": f"Bearer {agent.token}"},
+    )
+    error = assert_error(response, 400, "invalid_request", agent.token)
+    assert error["reason"] == (
+        "The request body must be JSON, sent with Content-Type: application/json."
+    )
+
+
 def test_a_body_larger_than_the_limit_is_400_with_its_reason(agent, run_id, settings):
     big = "x" * (3 * 1024 * 1024)  # beyond Django's own 2.5 MB upload limit too
     for path, body, key in _endpoints(run_id):

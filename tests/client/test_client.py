@@ -181,6 +181,20 @@ def test_constructor_rejects_nonsense():
         KnowledgeClient("http://hub", "orders", "")
 
 
+@pytest.mark.parametrize(
+    "url", ["http://hub/agent-api/v1", "http://hub/agent-api/v1/", "https://hub/erp/agent-api/v1"]
+)
+def test_a_hub_url_holding_the_api_prefix_is_refused(url):
+    """Else capabilities would answer 404 and negotiation would quietly pick `inline`."""
+    with pytest.raises(ValueError, match="without the API prefix: drop '/agent-api/v1'"):
+        KnowledgeClient(url, "orders", "bka_x")
+    with pytest.raises(ValueError, match="without the API prefix"):
+        AsyncKnowledgeClient(url, "orders", "bka_x")
+    # A system mounted under a path of its own, and a custom prefix, stay as they were.
+    KnowledgeClient("https://hub/erp", "orders", "bka_x").close()
+    KnowledgeClient(url, "orders", "bka_x", api_prefix="/knowledge-api").close()
+
+
 def test_async_client(hub, manual):
     async def scenario():
         async with AsyncKnowledgeClient(hub.url, hub.route, hub.token) as client:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 from datetime import datetime, timedelta
 
 import pytest
+from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
@@ -84,6 +87,26 @@ def test_issue_text_prints_the_token_with_a_warning(agent_client):
     assert hashlib.sha256(token.encode()).hexdigest() == session.token_hash
     assert out.count(token) == 1
     assert session.token_hash not in out
+
+
+def test_issue_warns_on_stderr_when_a_route_refuses_the_audience(agent_client):
+    services.update_route("orders", audiences=["staff"])
+    for extra in ((), ("--json",)):
+        out, err = io.StringIO(), io.StringIO()
+        args = ("issue", "acme-agent", "--principal", "user-9", "--route", "orders", *extra)
+        call_command("agent_session", *args, stdout=out, stderr=err)
+        assert err.getvalue().strip() == (
+            "Warning: The session has no audience, which route(s) 'orders' do not admit: its "
+            "calls there will answer 403 route_not_allowed until those routes admit it."
+        )
+        if extra:
+            assert json.loads(out.getvalue())["access_token"]  # stdout stays one document
+    err = io.StringIO()
+    call_command(
+        "agent_session", "issue", "acme-agent", "--principal", "u", "--route", "orders",
+        "--audience", "staff", stdout=io.StringIO(), stderr=err,
+    )  # fmt: skip
+    assert err.getvalue() == ""
 
 
 def test_issue_uses_the_default_lifetime(agent_client):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
@@ -179,7 +180,7 @@ def test_set_language_re_indexes_the_documents(kb):
 
 
 def test_set_language_rejects_an_unknown_language(kb):
-    with pytest.raises(CommandError, match="Unknown language 'klingon'"):
+    with pytest.raises(CommandError, match=r"^CODE: Unknown language 'klingon'"):
         run("knowledge_base", "set-language", kb.slug, "klingon")
     kb.refresh_from_db()
     assert kb.language == "english"
@@ -214,3 +215,21 @@ def test_languages_lists_the_codes_and_labels(db):
     out = run("knowledge_base", "languages")
     assert out.splitlines()[0].split() == ["CODE", "LANGUAGE"]
     assert ["english", "English"] in [line.split() for line in out.splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [
+        (("knowledge_base", "create"), "SLUG"),
+        (("knowledge_base", "set-language"), "SLUG CODE"),
+        (("knowledge_route", "update"), "ROUTE_KEY"),
+        (("agent_client", "enable"), "APP_ID"),
+        (("agent_session", "revoke"), "SESSION_ID"),
+        (("agent_task", "add-member"), "TASK_ID SESSION_ID [SESSION_ID ...]"),
+        (("knowledge_ingest",), "KB PATH [PATH ...]"),
+    ],
+)
+def test_usage_lines_name_positional_arguments_as_the_docs_and_errors_do(command, usage, capsys):
+    with pytest.raises(SystemExit):
+        call_command(*command, "--help")
+    assert capsys.readouterr().out.split("\n\n")[0].rstrip().endswith(usage)

@@ -87,6 +87,19 @@ def test_unknown_kb_and_missing_paths(kb, tmp_path):
         run("knowledge_ingest", "handbook", str(fifo))
 
 
+def test_a_named_file_of_an_unsupported_type_stops_the_command(kb, tmp_path):
+    """In a directory such a file is listed and skipped; named, it was wanted."""
+    good = tmp_path / "good.md"
+    good.write_text("# Good\n\nText.", encoding="utf-8")
+    drawing = tmp_path / "diagram.vsdx"
+    drawing.write_bytes(b"PK\x03\x04")
+    with pytest.raises(CommandError, match=r"^No loader for .*diagram\.vsdx \(supported: .*\.md"):
+        run("knowledge_ingest", "handbook", str(good), str(drawing))
+    assert not Document.objects.exists()  # checked before anything was loaded
+    summary = run_json("knowledge_ingest", "handbook", str(tmp_path))
+    assert (summary["new"], summary["unsupported"]) == (1, 1)
+
+
 def test_each_failure_names_its_own_file(kb, tmp_path, settings):
     settings.BAILING_KNOWLEDGE = {
         "EMBEDDERS": {"default": {"BACKEND": "tests.ingestion.test_documents.PoisonEmbedder"}}

@@ -8,10 +8,12 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 
 from bailing_knowledge import services
 from bailing_knowledge.models import AgentSession
+from tests.api.conftest import BASE
 
 pytestmark = pytest.mark.django_db
 
@@ -87,6 +89,40 @@ def test_issue_refuses_routes_outside_the_client(agent_client):
     services.create_route("elsewhere")
     with pytest.raises(ValidationError, match="elsewhere"):
         services.issue_session(agent_client, principal_id="u", routes=["elsewhere"])
+
+
+def test_issue_names_the_routes_that_refuse_the_sessions_audience(agent_client, route):
+    """Issuing still succeeds (a route's audiences may change later), but says which of its
+    routes would refuse every call, as the request's own check does."""
+    staff = services.create_route("staff-only", audiences=["staff"])
+    services.update_client(agent_client, routes=[route, staff])
+
+    plain = services.issue_session(agent_client, principal_id="u", routes=[route, staff])
+    assert plain.refused_routes == ("staff-only",)
+    assert plain.refused_routes_warning() == (
+        "The session has no audience, which route(s) 'staff-only' do not admit: its calls "
+        "there will answer 403 route_not_allowed until those routes admit it."
+    )
+    guest = services.issue_session(agent_client, principal_id="u", routes=[staff], audience="guest")
+    assert guest.refused_routes == ("staff-only",)
+    assert "audience 'guest'" in guest.refused_routes_warning()
+    admitted = services.issue_session(
+        agent_client, principal_id="u", routes=[route, staff], audience="staff"
+    )
+    assert admitted.refused_routes == () and admitted.refused_routes_warning() is None
+
+    http = Client()
+    for issued, key, status in [
+        (plain, "staff-only", 403),
+        (plain, "orders", 200),
+        (guest, "staff-only", 403),
+        (admitted, "staff-only", 200),
+    ]:
+        response = http.get(
+            f"{BASE}/workspaces/{key}/knowledge/capabilities",
+            headers={"Authorization": f"Bearer {issued.access_token}"},
+        )
+        assert response.status_code == status, (key, response.content)
 
 
 def test_issue_refuses_a_disabled_client(agent_client, route):

@@ -31,7 +31,11 @@ class Command(ServiceCommand):
 
     def add_subcommands(self, subparsers: argparse._SubParsersAction) -> None:
         create = self.add_subcommand(subparsers, "create", "Register an agent client.")
-        create.add_argument("app_id", help="Unique public id of the agent application.")
+        create.add_argument(
+            "app_id",
+            metavar="APP_ID",
+            help="Unique public id of the agent application.",
+        )
         create.add_argument("--name", default="", help="Display name (default: the app id).")
         create.add_argument(
             "--route",
@@ -47,7 +51,7 @@ class Command(ServiceCommand):
         update = self.add_subcommand(
             subparsers, "update", "Change a client; options left out keep their value."
         )
-        update.add_argument("app_id")
+        update.add_argument("app_id", metavar="APP_ID")
         update.add_argument("--name", help="Display name (default: unchanged).")
         update.add_argument(
             "--route",
@@ -59,7 +63,7 @@ class Command(ServiceCommand):
 
         for name, verb in (("enable", "Enable"), ("disable", "Disable")):
             toggle = self.add_subcommand(subparsers, name, f"{verb} an agent client.")
-            toggle.add_argument("app_id")
+            toggle.add_argument("app_id", metavar="APP_ID")
 
     def handle_create(self, **options: Any) -> None:
         client = services.create_client(

@@ -68,7 +68,11 @@ class Command(ServiceCommand):
         issue = self.add_subcommand(
             subparsers, "issue", "Issue a session and print its bearer token once."
         )
-        issue.add_argument("app_id", help="The agent client the session is issued to.")
+        issue.add_argument(
+            "app_id",
+            metavar="APP_ID",
+            help="The agent client the session is issued to.",
+        )
         issue.add_argument("--principal", required=True, help="Id of the business principal.")
         issue.add_argument("--tenant", default="", help="The principal's tenant.")
         issue.add_argument(
@@ -114,7 +118,7 @@ class Command(ServiceCommand):
         )
 
         revoke = self.add_subcommand(subparsers, "revoke", "Revoke a session (idempotent).")
-        revoke.add_argument("session_id")
+        revoke.add_argument("session_id", metavar="SESSION_ID")
 
     def handle_issue(self, **options: Any) -> None:
         issued = services.issue_session(
@@ -129,6 +133,9 @@ class Command(ServiceCommand):
             device_label=options["device_label"],
         )
         data = session_data(issued.session)
+        warning = issued.refused_routes_warning()
+        if warning is not None:  # stderr: stdout stays the record (or the JSON) alone
+            self.stderr.write(self.style.WARNING(f"Warning: {warning}"))
         if options["json"]:
             self.write_json(
                 {

@@ -23,7 +23,7 @@ class Command(ServiceCommand):
 
     def add_subcommands(self, subparsers: argparse._SubParsersAction) -> None:
         create = self.add_subcommand(subparsers, "create", "Create an active task.")
-        create.add_argument("title")
+        create.add_argument("title", metavar="TITLE")
         create.add_argument(
             "--member", action="append", default=[], metavar="SESSION_ID", help="Repeatable."
         )
@@ -31,10 +31,10 @@ class Command(ServiceCommand):
         listing.add_argument("--state", choices=Task.State.values)
         for name, verb in (("pause", "Pause"), ("resume", "Resume"), ("cancel", "Cancel")):
             command = self.add_subcommand(subparsers, name, f"{verb} a task.")
-            command.add_argument("task_id")
+            command.add_argument("task_id", metavar="TASK_ID")
         for name, verb in (("add-member", "Add"), ("remove-member", "Remove")):
             command = self.add_subcommand(subparsers, name, f"{verb} member sessions.")
-            command.add_argument("task_id")
+            command.add_argument("task_id", metavar="TASK_ID")
             command.add_argument("session_ids", nargs="+", metavar="SESSION_ID")
 
     def handle_create(self, **options: Any) -> None:

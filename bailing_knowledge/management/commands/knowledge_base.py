@@ -37,10 +37,15 @@ class Command(ServiceCommand):
         "language": "--language",
         "tenant": "--tenant",
     }
+    subcommand_field_options = {"set-language": {"language": "CODE"}}
 
     def add_subcommands(self, subparsers: argparse._SubParsersAction) -> None:
         create = self.add_subcommand(subparsers, "create", "Create a knowledge base.")
-        create.add_argument("slug", help="Unique slug (letters, digits, '-' and '_').")
+        create.add_argument(
+            "slug",
+            metavar="SLUG",
+            help="Unique slug (letters, digits, '-' and '_').",
+        )
         create.add_argument("--title", default="", help="Display title (default: the slug).")
         create.add_argument("--description", default="")
         create.add_argument(
@@ -65,22 +70,26 @@ class Command(ServiceCommand):
 
         for name, verb in (("enable", "Enable"), ("disable", "Disable")):
             toggle = self.add_subcommand(subparsers, name, f"{verb} a knowledge base.")
-            toggle.add_argument("slug")
+            toggle.add_argument("slug", metavar="SLUG")
 
         set_language = self.add_subcommand(
             subparsers,
             "set-language",
             "Change the language of a knowledge base and re-index its documents.",
         )
-        set_language.add_argument("slug")
-        set_language.add_argument("language", help="A language code ('languages' lists them).")
+        set_language.add_argument("slug", metavar="SLUG")
+        set_language.add_argument(
+            "language",
+            metavar="CODE",
+            help="A language code ('languages' lists them).",
+        )
 
         reindex = self.add_subcommand(
             subparsers,
             "reindex-lexical",
             "Re-analyse a knowledge base's chunks in its language and recount its statistics.",
         )
-        reindex.add_argument("slug")
+        reindex.add_argument("slug", metavar="SLUG")
 
         self.add_subcommand(subparsers, "languages", "List the language codes a KB may use.")
 

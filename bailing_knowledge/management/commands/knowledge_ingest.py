@@ -4,7 +4,8 @@ A file's `source_key` is its path relative to the directory given (or its name w
 itself is given), so ingesting a changed file again updates the same document and an
 unchanged one is skipped. A file that fails does not stop the others; the command reports
 each on one line and then exits with status 1, so a script or CI job notices. Unsupported
-file types found in a directory are listed and skipped, which is not a failure.
+file types found in a directory are listed and skipped, which is not a failure; a file of
+such a type named on the command line stops the command before anything is loaded.
 Files go through the `ingest_paths` service, as the admin's uploads do: batched, with
 embedding overlapping the writes.
 """
@@ -22,7 +23,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.core.management.base import CommandError, CommandParser
 
 from bailing_knowledge.ingestion.documents import DocumentOutcome
-from bailing_knowledge.ingestion.loaders import discover
+from bailing_knowledge.ingestion.loaders import discover, get_loader, supported_suffixes
 from bailing_knowledge.management.base import KnowledgeCommand
 from bailing_knowledge.services import get_knowledge_base
 from bailing_knowledge.services.ingest import ingest_paths
@@ -37,8 +38,14 @@ class Command(KnowledgeCommand):
     help = "Load .txt, .md, .html and .pdf files (or directories of them) into a knowledge base."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("knowledge_base", help="Slug of the knowledge base.")
-        parser.add_argument("paths", nargs="+", type=Path, help="Files or directories.")
+        parser.add_argument("knowledge_base", metavar="KB", help="Slug of the knowledge base.")
+        parser.add_argument(
+            "paths",
+            nargs="+",
+            type=Path,
+            metavar="PATH",
+            help="Files or directories.",
+        )
         parser.add_argument("--json", action="store_true", help="Print a JSON summary.")
         parser.add_argument(
             "--no-progress", action="store_true", help="Do not draw the progress line."
@@ -55,6 +62,11 @@ class Command(KnowledgeCommand):
         special = [str(p) for p in options["paths"] if not (p.is_file() or p.is_dir())]
         if special:
             raise CommandError(f"Not a regular file or directory: {', '.join(special)}")
+        # Named on purpose, unlike a directory's other files: skipping it would pass unseen.
+        no_loader = [str(p) for p in options["paths"] if p.is_file() and get_loader(p) is None]
+        if no_loader:
+            suffixes = ", ".join(sorted(supported_suffixes()))
+            raise CommandError(f"No loader for {', '.join(no_loader)} (supported: {suffixes}).")
         started = time.monotonic()
         found = discover(options["paths"])
         counts: Counter[str] = Counter()

@@ -107,7 +107,11 @@ class Command(ServiceCommand):
 
     def add_subcommands(self, subparsers: argparse._SubParsersAction) -> None:
         create = self.add_subcommand(subparsers, "create", "Create a route.")
-        create.add_argument("route_key", help="Unique key agents address the route by.")
+        create.add_argument(
+            "route_key",
+            metavar="ROUTE_KEY",
+            help="Unique key agents address the route by.",
+        )
         _add_settings(create, update=False)
         create.add_argument("--disabled", action="store_true", help="Create the route disabled.")
 
@@ -116,7 +120,7 @@ class Command(ServiceCommand):
         update = self.add_subcommand(
             subparsers, "update", "Change a route; options left out keep their value."
         )
-        update.add_argument("route_key")
+        update.add_argument("route_key", metavar="ROUTE_KEY")
         _add_settings(update, update=True)
         update.add_argument(
             "--add-kb",
