@@ -742,6 +742,8 @@ def test_upload_documents_through_the_admin(admin_client, kb):
     assert response.status_code == 200
     text = " ".join(str(m) for m in response.context["messages"])
     assert "1 created" in text and "2 failed" in text
+    # File names keep their case on the page (the admin capitalises a message's first letter).
+    assert "Not loaded: bad.txt: " in response.content.decode()
     document = Document.objects.get(source_key="faq.md")
     assert (document.title, document.status) == ("FAQ", "ready")
 
@@ -855,7 +857,7 @@ def test_a_failed_re_embedding_is_reported_with_its_reason(admin_client, kb, set
     response = post_action(admin_client, Document, "reindex_documents", Document.objects.all())
     assert message_texts(response) == [
         "Reindex: 1 document re-indexed; 1 document failed.",
-        "bad.md: Embedding failed: poisoned",
+        "Failed: bad.md: Embedding failed: poisoned",
     ]
 
 

@@ -304,7 +304,9 @@ class DocumentAdmin(OwnerAdmin):
             outcomes = ingest_uploads(kb, form.cleaned_data["files"])
             for file in outcomes:
                 if file.error:
-                    self.message_user(request, f"{file.name}: {file.error}", messages.ERROR)
+                    # Not the name first: the admin capitalises a message's first letter.
+                    text = f"Not loaded: {file.name}: {file.error}"
+                    self.message_user(request, text, messages.ERROR)
             counts = Counter(file.outcome for file in outcomes)
             summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
             self.message_user(request, f"Uploaded into {kb.slug}: {summary}.", messages.INFO)

@@ -52,7 +52,9 @@ def report_reindex(
     summary = "; ".join(parts) or "there are no documents to re-index"
     modeladmin.message_user(request, f"{subject}: {summary}.", level)
     for result in failed:
-        modeladmin.message_user(request, f"{result.source_key}: {result.error}", messages.ERROR)
+        # Not the key first: the admin capitalises a message's first letter.
+        text = f"Failed: {result.source_key}: {result.error}"
+        modeladmin.message_user(request, text, messages.ERROR)
 
 
 class ReindexQueuedFilter(admin.SimpleListFilter):
