@@ -15,14 +15,26 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .conf import knowledge_settings
 from .exceptions import (
+    AgentAPIError,
     InternalError,
+    InvalidRequest,
     KnowledgeUnavailable,
+    MethodNotAllowed,
     NotFound,
     error_body,
     log_database_error,
 )
 
 logger = logging.getLogger("bailing_knowledge")
+
+# The statuses whose non-JSON answers under the prefix get the envelope, and its code.
+_ENVELOPES: dict[int, type[AgentAPIError]] = {
+    400: InvalidRequest,
+    404: NotFound,
+    405: MethodNotAllowed,
+    500: InternalError,
+    503: KnowledgeUnavailable,
+}
 
 
 class NoStoreMiddleware:
@@ -35,10 +47,18 @@ class NoStoreMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
         if self._ours(request):
-            if response.status_code == 404 and not _is_json(response):
-                # A path under the prefix that no URL pattern matched (`/agent-api/`,
-                # `/agent-api/v2/...`): Django's HTML page, in the agent API's envelope.
-                response = JsonResponse(error_body(NotFound), status=404)
+            error = _ENVELOPES.get(response.status_code)
+            if error is not None and not _is_json(response):
+                # Django's own page, made outside the app's views: a path under the prefix
+                # that no pattern matched (`/agent-api/v2/...`, 404), a Host header not in
+                # ALLOWED_HOSTS (400), a host middleware's failure. The agent API's envelope.
+                replaced = JsonResponse(error_body(error), status=response.status_code)
+                for header in ("Allow", "Retry-After"):
+                    if header in response:
+                        replaced[header] = response[header]
+                for header, value in error.headers.items():
+                    replaced.setdefault(header, value)
+                response = replaced
             response["Cache-Control"] = "no-store"
         return response
 

@@ -28,7 +28,8 @@ class JSONOnlyNegotiation(BaseContentNegotiation):
 
     def select_parser(self, request: Any, parsers: list[Any]) -> Any:
         for parser in parsers:
-            if request.content_type.split(";")[0].strip() == parser.media_type:
+            # Media types compare without regard to case (RFC 9110, 8.3.1).
+            if request.content_type.split(";")[0].strip().lower() == parser.media_type:
                 return parser
         return None
 

@@ -35,7 +35,7 @@ __all__ = ["DEFAULT_API_PREFIX", "AsyncKnowledgeClient", "KnowledgeClient", "Raw
 
 DEFAULT_API_PREFIX = "/agent-api/v1"
 DEFAULT_TIMEOUT = 30.0
-_ROUTE = re.compile(r"^[-a-zA-Z0-9_]+$")
+_ROUTE = re.compile(r"[-a-zA-Z0-9_]+")  # with fullmatch: `$` would let a final newline in
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class _Endpoint:
         *,
         api_prefix: str = DEFAULT_API_PREFIX,
     ) -> None:
-        if not _ROUTE.match(route or ""):
+        if not _ROUTE.fullmatch(route or ""):
             raise ValueError("route must be a route key (letters, digits, '-' and '_').")
         if not access_token:
             raise ValueError("access_token is required.")

@@ -309,6 +309,20 @@ def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_text(name: str, value: Any) -> str:
+    """`value` if it is a non-empty string that can be sent, else the model's error.
+
+    A lone surrogate (half of an emoji the model cut, say) has no UTF-8 form: the HTTP layer
+    would raise instead of answering."""
+    if not isinstance(value, str) or not value:
+        raise _BadCall("invalid_arguments", f"{name!r} must be a non-empty string.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _BadCall("invalid_arguments", f"{name!r} contains invalid Unicode.") from None
+    return value
+
+
 def _parse(name: str, arguments: Mapping[str, Any] | str | None) -> _Call:
     """Validate a model's call locally: cheap, and the model gets a precise message."""
     if isinstance(arguments, str):
@@ -336,7 +350,7 @@ def _parse(name: str, arguments: Mapping[str, Any] | str | None) -> _Call:
 
     if name == SEARCH_TOOL:
         query, limit = args["query"], args.get("limit", constants.SEARCH_MAX_RESULTS)
-        if not isinstance(query, str) or not query.strip():
+        if not _check_text("query", query).strip():
             raise _BadCall("invalid_arguments", "'query' must be a non-empty string.")
         if len(query) > constants.SEARCH_MAX_QUERY_CHARS:
             raise _BadCall("invalid_arguments", "'query' is longer than 2000 characters.")
@@ -346,10 +360,9 @@ def _parse(name: str, arguments: Mapping[str, Any] | str | None) -> _Call:
 
     ref, cursor = args["ref"], args.get("cursor")
     max_bytes, follow = args.get("max_bytes"), args.get("follow", True)
-    if not isinstance(ref, str) or not ref:
-        raise _BadCall("invalid_arguments", "'ref' must be a non-empty string.")
-    if cursor is not None and (not isinstance(cursor, str) or not cursor):
-        raise _BadCall("invalid_arguments", "'cursor' must be a non-empty string.")
+    _check_text("ref", ref)
+    if cursor is not None:
+        _check_text("cursor", cursor)
     if max_bytes is not None and (
         not _int(max_bytes) or not constants.READ_MIN_BYTES <= max_bytes <= constants.READ_MAX_BYTES
     ):

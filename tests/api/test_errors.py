@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 from django.db import DataError, OperationalError
 
-from .conftest import assert_error
+from .conftest import BASE, assert_error
 
 pytestmark = pytest.mark.django_db
 
@@ -123,6 +123,18 @@ def test_paths_under_the_prefix_that_no_pattern_matches_are_a_json_404(client, d
     for response in (client.get(path), client.post(path, {}, content_type="application/json")):
         body = assert_error(response, 404, "not_found")
         assert body["reason"] == "There is no such endpoint."
+
+
+def test_a_host_not_allowed_is_a_json_400_under_the_prefix(agent, route, settings):
+    """Django refuses the Host header in CommonMiddleware, before any view: its HTML page."""
+    settings.ALLOWED_HOSTS = ["testserver"]
+    response = agent.http.get(
+        BASE + "/workspaces/orders/knowledge/capabilities",
+        headers={"Authorization": f"Bearer {agent.token}", "Host": "evil.example"},
+    )
+    assert assert_error(response, 400, "invalid_request", agent.token)["reason"] == (
+        "The request is not valid."
+    )
 
 
 def test_middleware_leaves_other_paths_alone(client, db):

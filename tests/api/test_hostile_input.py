@@ -112,6 +112,19 @@ def test_a_malformed_body_is_refused_with_the_rule_it_breaks(agent, route, raw, 
 
 
 @pytest.mark.parametrize(
+    "content_type", ["Application/JSON", "APPLICATION/JSON; charset=UTF-8", "application/json "]
+)
+def test_the_media_type_is_matched_without_regard_to_case(agent, route, content_type):
+    response = agent.http.post(
+        BASE + SEARCH,
+        data=b'{"query": "refunds"}',
+        content_type=content_type,
+        headers={"Authorization": f"Bearer {agent.token}"},
+    )
+    assert response.status_code == 200, response.content
+
+
+@pytest.mark.parametrize(
     "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"]
 )
 def test_a_body_sent_as_anything_but_json_names_the_content_type(agent, route, content_type):

@@ -177,6 +177,8 @@ def test_constructor_rejects_nonsense():
         KnowledgeClient("ftp://hub", "orders", "bka_x")
     with pytest.raises(ValueError):
         KnowledgeClient("http://hub", "../admin", "bka_x")
+    with pytest.raises(ValueError):  # else ".../workspaces/orders%0A/..." is a 404, read as
+        KnowledgeClient("http://hub", "orders\n", "bka_x")  # a server that predates the protocol
     with pytest.raises(ValueError):
         KnowledgeClient("http://hub", "orders", "")
 

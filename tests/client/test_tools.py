@@ -134,12 +134,34 @@ def test_async_tools(hub):
         ("knowledge_read", {"ref": ""}, "invalid_arguments"),
         ("knowledge_read", {"ref": "r", "max_bytes": 100}, "invalid_arguments"),
         ("knowledge_read", {"ref": "r", "follow": "yes"}, "invalid_arguments"),
+        # Lone surrogates (an emoji cut in half) have no UTF-8 form: the HTTP layer raised.
+        ("knowledge_search", '{"query": "refund \\ud83d"}', "invalid_arguments"),
+        ("knowledge_search", {"query": "refund \ud800"}, "invalid_arguments"),
+        ("knowledge_read", '{"ref": "AAAA\\udfff"}', "invalid_arguments"),
+        ("knowledge_read", {"ref": "AAAA", "cursor": "\ud800"}, "invalid_arguments"),
     ],
 )
 def test_bad_calls_are_tool_errors_without_a_request(scripted, name, arguments, code):
     with KnowledgeClient(scripted.url, "orders", "bka_x") as client:
         result = execute_tool_call(client, name, arguments)
     assert result["error"] == code and result["reason"]
+    assert scripted.requests == []
+
+
+def test_invalid_unicode_is_named_as_such_by_both_executors(scripted):
+    arguments = '{"query": "a\\ud83d"}'
+
+    async def run():
+        async with AsyncKnowledgeClient(scripted.url, "orders", "bka_x") as client:
+            return await aexecute_tool_call(client, "knowledge_search", arguments)
+
+    with KnowledgeClient(scripted.url, "orders", "bka_x") as client:
+        results = [execute_tool_call(client, "knowledge_search", arguments), asyncio.run(run())]
+    for result in results:
+        assert result == {
+            "error": "invalid_arguments",
+            "reason": "'query' contains invalid Unicode.",
+        }
     assert scripted.requests == []
 
 
