@@ -221,17 +221,18 @@ def _decode(data: bytes, name: str, *, fallback: str = "utf-8") -> str:
     """Decode by byte-order mark, else as `fallback` (UTF-8 unless a format declares
     otherwise). Undecodable bytes are an error: silently replacing them would index
     garbage and hide a wrong encoding from whoever maintains the files."""
-    encoding = fallback
+    encoding, skipped = fallback, 0
     for bom, bom_encoding in _BOMS:
         if data.startswith(bom):
-            data, encoding = data[len(bom) :], bom_encoding
+            data, encoding, skipped = data[len(bom) :], bom_encoding, len(bom)
             break
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
         label = "UTF-8" if encoding == "utf-8" else encoding
+        offset = skipped + exc.start  # in the file, as a hex editor shows it
         raise LoaderError(
-            name, f"not valid {label} text (undecodable byte at offset {exc.start})"
+            name, f"not valid {label} text (undecodable byte at offset {offset})"
         ) from exc
     except LookupError as exc:  # pragma: no cover - encodings are checked before use
         raise LoaderError(name, f"unknown text encoding {encoding!r}") from exc
@@ -525,6 +526,10 @@ def _hidden(name: str) -> bool:
     return name.startswith(".")
 
 
+def _raise(error: OSError) -> None:
+    raise error
+
+
 def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
     """Yield (path, source_key) for every file under `root`, in a deterministic order.
 
@@ -534,7 +539,9 @@ def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
     them: loading it fails (`load_file` never opens such a file), so it is reported, not
     silently left out.
     Files are sorted by their relative path, compared component by component. A file given
-    as `root` yields itself, keyed by its name. Raises FileNotFoundError for a missing root.
+    as `root` yields itself, keyed by its name. Raises FileNotFoundError for a missing root,
+    and the OSError of a directory that cannot be listed (no permission, say): skipping it
+    would leave its files out without a word.
     """
     root = Path(root)
     if root.is_file():
@@ -543,7 +550,7 @@ def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
     if not root.is_dir():
         raise FileNotFoundError(f"no such file or directory: {str(root)!r}")
     found: list[tuple[tuple[str, ...], Path]] = []
-    for directory, dirnames, filenames in os.walk(root):
+    for directory, dirnames, filenames in os.walk(root, onerror=_raise):
         dirnames[:] = [name for name in dirnames if not _hidden(name)]
         base = Path(directory)
         for filename in filenames:
@@ -561,7 +568,8 @@ def discover(paths: Iterable[Path]) -> list[Discovered]:
 
     Paths are walked in the order given, each one's files sorted as in `iter_files`. Finding
     an unsupported file is not an error; a path that does not exist is (FileNotFoundError),
-    because it is almost always a typo that would otherwise ingest nothing.
+    because it is almost always a typo that would otherwise ingest nothing, and so is a
+    directory that cannot be listed (its OSError).
     """
     return [
         Discovered(path=path, source_key=key, supported=get_loader(path) is not None)

@@ -75,6 +75,8 @@ def _validate(source_key: str, title: str, body: str, metadata: dict[str, Any]) 
         errors["metadata"] = (
             "Must be JSON: strings, finite numbers, booleans, null, lists, objects."
         )
+    elif not _storable_strings(metadata):
+        errors["metadata"] = "Must not contain NUL or unpaired surrogates in keys or strings."
     else:
         for key in VISIBILITY_KEYS:
             value = metadata.get(key)
@@ -91,6 +93,23 @@ def _is_json(value: Any) -> bool:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         return False
+    return True
+
+
+def _storable_strings(value: Any) -> bool:
+    """Whether every key and string in JSON `value` can go into a jsonb column (no NUL, no
+    lone surrogate); iterative, so any depth is safe."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if storable_text(item) != item:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
     return True
 
 

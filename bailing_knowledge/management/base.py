@@ -13,14 +13,15 @@ import argparse
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django.core.exceptions import NON_FIELD_ERRORS, ObjectDoesNotExist, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import IntegrityError, InterfaceError, OperationalError
+from django.db import DatabaseError, IntegrityError
 
+from ..ingestion.loaders import storable_text
 from ..models import AgentSession, Client, KnowledgeBase, Route, Task
 
 # ---------------------------------------------------------------------------------------------
@@ -194,11 +195,29 @@ class KnowledgeCommand(BaseCommand):
     line that says so, not a traceback (`--traceback` still shows one)."""
 
     def execute(self, *args: Any, **options: Any) -> str | None:
+        for value in _strings(args, options):
+            if storable_text(value) != value:
+                # Bytes the locale could not decode arrive as lone surrogates, which neither
+                # UTF-8 nor PostgreSQL can hold: the driver would raise deep in a statement.
+                raise CommandError(
+                    f"Argument {value!r} is not valid UTF-8 text, or contains NUL."
+                )
         try:
             return super().execute(*args, **options)
-        except (OperationalError, InterfaceError) as exc:
+        except DatabaseError as exc:
+            # Down (OperationalError), or refusing a statement: a read-only standby, a
+            # revoked privilege. One line either way.
             reason = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
             raise CommandError(f"The database failed: {reason}") from exc
+
+
+def _strings(args: tuple[Any, ...], options: Mapping[str, Any]) -> Iterator[str]:
+    """The text a command was given: positional and option values, lists included (paths
+    are not text, and may hold any bytes the file system allows)."""
+    for value in (*args, *options.values()):
+        for item in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(item, str):
+                yield item
 
 
 class ServiceCommand(KnowledgeCommand):

@@ -102,6 +102,40 @@ def test_visibility_metadata_must_be_lists_of_strings(kb, metadata):
         ingest.upsert_document(kb, "k", "T", "Body", metadata)
 
 
+UNSTORABLE_METADATA = [
+    {"note": "a\x00b"},
+    {"note": "a\ud800b"},
+    {"a\x00": 1},
+    {"deep": [{"x": ["\udfff"]}]},
+]
+
+
+@pytest.mark.parametrize("metadata", UNSTORABLE_METADATA)
+def test_metadata_jsonb_cannot_hold_is_a_validation_error(kb, metadata):
+    """PostgreSQL refused it deep in the write (`DataError`), past every validation."""
+    with pytest.raises(ValidationError) as info:
+        ingest.upsert_document(kb, "a.md", "Title", "Body text", metadata)
+    assert info.value.message_dict["metadata"] == [
+        "Must not contain NUL or unpaired surrogates in keys or strings."
+    ]
+    assert not Document.objects.exists()
+
+
+def test_unstorable_metadata_fails_only_its_document_in_a_batch(kb):
+    results = list(
+        ingest.upsert_documents(
+            kb,
+            [
+                ingest.DocumentInput("a.md", "A", "Alpha text"),
+                ingest.DocumentInput("b.md", "B", "Beta text", UNSTORABLE_METADATA[0]),
+                ingest.DocumentInput("c.md", "C", "Gamma text"),
+            ],
+        )
+    )
+    assert [r.outcome for r in results] == ["created", "failed", "created"]
+    assert set(Document.objects.values_list("source_key", flat=True)) == {"a.md", "c.md"}
+
+
 def _broken_embedder(settings):
     settings.BAILING_KNOWLEDGE = {
         "EMBEDDERS": {

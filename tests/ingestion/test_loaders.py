@@ -115,6 +115,21 @@ def test_text_that_is_not_utf8_is_reported_not_guessed():
     assert excinfo.value.name == "latin1-menu.txt"
 
 
+@pytest.mark.parametrize(
+    ("bom", "payload", "offset"),
+    [
+        (codecs.BOM_UTF8, b"caf\xe9 au lait", 3 + 3),
+        (codecs.BOM_UTF16_LE, "café".encode("utf-16-le") + b"\x00\xd8A\x00", 2 + 8),
+    ],
+)
+def test_the_offset_of_a_bad_byte_counts_from_the_start_of_the_file(tmp_path, bom, payload, offset):
+    """Not from after the byte-order mark: the offset is for finding the byte in the file."""
+    path = tmp_path / "menu.txt"
+    path.write_bytes(bom + payload)
+    with pytest.raises(LoaderError, match=rf"undecodable byte at offset {offset}\)$"):
+        load_file(path)
+
+
 def test_error_messages_name_the_source_key_never_the_machine_path():
     with pytest.raises(LoaderError) as excinfo:
         load_file(FILES / "latin1-menu.txt", source_key="menus/latin1-menu.txt")

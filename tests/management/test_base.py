@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import socket
 from datetime import timedelta
 
@@ -12,6 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import OperationalError, connection
 
+from bailing_knowledge import services
 from bailing_knowledge.management.base import (
     ServiceCommand,
     finite_float,
@@ -146,3 +148,35 @@ def test_a_database_that_cannot_be_reached_is_one_line_not_a_traceback(monkeypat
     message = str(raised.value)
     assert message.startswith("The database failed: ") and "\n" not in message, message
     assert isinstance(raised.value.__cause__, OperationalError)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_the_database_refuses_is_one_line_not_a_traceback(tmp_path):
+    """A read-only standby (or a revoked privilege) refuses statements of a live database."""
+    services.create_knowledge_base("handbook")
+    (tmp_path / "a.md").write_text("# A\n\nText.", encoding="utf-8")
+    with connection.cursor() as cursor:
+        cursor.execute("SET default_transaction_read_only = on")
+    try:
+        for args in (("knowledge_ingest", "handbook", str(tmp_path)), ("knowledge_base", "create", "other")):
+            with pytest.raises(CommandError) as raised:
+                call_command(*args, stdout=io.StringIO(), stderr=io.StringIO())
+            message = str(raised.value)
+            assert message.startswith("The database failed: ") and "read-only" in message
+            assert "\n" not in message
+    finally:
+        connection.close()  # the setting goes with the session
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("knowledge_base", "create", "menus", "--title", "Caf\udce9"),  # Latin-1 in argv
+        ("knowledge_base", "enable", "caf\udce9"),
+        ("knowledge_route", "create", "r", "--audience", "st\udcaff"),
+        ("knowledge_ingest", "caf\udce9", "."),
+    ],
+)
+def test_an_argument_that_is_not_utf8_is_one_line_before_any_work(db, args):
+    with pytest.raises(CommandError, match=r"^Argument '.*' is not valid UTF-8 text"):
+        call_command(*args, stdout=io.StringIO(), stderr=io.StringIO())

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from bailing_knowledge.models import Document
+from bailing_knowledge.models import Document, KnowledgeBase
 from tests import django_connection_url
 
 from . import run, run_json
@@ -188,3 +188,54 @@ def test_unreadable_entries_of_a_directory_are_reported_not_skipped(kb, tmp_path
     assert str(failed) == "2 of 3 files failed."
     errors = {Path(f["path"]).name: f["error"] for f in summary["failures"]}
     assert errors == {"gone.md": "not a readable file", "pipe.md": "not a readable file"}
+
+
+def test_a_file_name_that_is_not_utf8_is_shown_escaped_in_json(kb, tmp_path):
+    """stdout stays one document of valid UTF-8: the name's byte as `\\xe9`."""
+    (tmp_path / "good.md").write_text("# Good\n\nFine.", encoding="utf-8")
+    with open(os.fsencode(tmp_path) + b"/caf\xe9.md", "wb") as handle:  # a Latin-1 name
+        handle.write(b"# Cafe\n\nMenu.")
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command(
+            "knowledge_ingest", "handbook", str(tmp_path), "--json", stdout=out, stderr=io.StringIO()
+        )
+    out.getvalue().encode("utf-8")  # no lone surrogate left
+    summary = json.loads(out.getvalue())
+    assert summary["new"] == 1
+    assert [f["path"] for f in summary["failures"]] == [str(tmp_path) + "/caf\\xe9.md"]
+
+
+def test_a_knowledge_base_whose_embedder_is_gone_stops_before_any_work(kb, tmp_path):
+    KnowledgeBase.objects.filter(pk=kb.pk).update(embedder="retired")
+    (tmp_path / "a.md").write_text("# A\n\nText.", encoding="utf-8")
+    with pytest.raises(CommandError, match=r"^Knowledge base handbook: .*'retired'"):
+        run("knowledge_ingest", "handbook", str(tmp_path))
+    assert not Document.objects.exists()
+
+
+def _deny_listing(monkeypatch, name):
+    """Listing `name` fails as for a directory without read permission (the tests run as
+    root, which permissions do not stop)."""
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.path.basename(os.fspath(path)) == name:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+@pytest.mark.parametrize("named", ["docs", "secret"])
+def test_a_directory_that_cannot_be_listed_stops_the_command(kb, tmp_path, monkeypatch, named):
+    """os.walk skipped it without a word: its files were missing and the exit status 0."""
+    root = tmp_path / "docs"
+    (root / "secret").mkdir(parents=True)
+    (root / "a.md").write_text("# A\n\nReadable.", encoding="utf-8")
+    (root / "secret" / "s.md").write_text("# S\n\nHidden.", encoding="utf-8")
+    _deny_listing(monkeypatch, "secret")
+    target = root / "secret" if named == "secret" else root
+    with pytest.raises(CommandError, match=r"^Cannot list .*secret: Permission denied\.$"):
+        run("knowledge_ingest", "handbook", str(target))
+    assert not Document.objects.exists()

@@ -19,12 +19,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from django.core.exceptions import ObjectDoesNotExist
+from django.core.exceptions import ImproperlyConfigured, ObjectDoesNotExist
 from django.core.management.base import CommandError, CommandParser
 
 from bailing_knowledge.ingestion.documents import DocumentOutcome
 from bailing_knowledge.ingestion.loaders import discover, get_loader, supported_suffixes
 from bailing_knowledge.management.base import KnowledgeCommand
+from bailing_knowledge.retrieval.embedders import get_embedder
 from bailing_knowledge.services import get_knowledge_base
 from bailing_knowledge.services.ingest import ingest_paths
 
@@ -56,6 +57,10 @@ class Command(KnowledgeCommand):
             kb = get_knowledge_base(options["knowledge_base"])
         except ObjectDoesNotExist as exc:
             raise CommandError(str(exc)) from exc
+        try:  # an alias removed from the settings since the KB was made: before any work
+            get_embedder(kb.embedder)
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"Knowledge base {kb.slug}: {exc}") from exc
         missing = [str(p) for p in options["paths"] if not p.exists()]
         if missing:
             raise CommandError(f"No such file or directory: {', '.join(missing)}")
@@ -68,20 +73,26 @@ class Command(KnowledgeCommand):
             suffixes = ", ".join(sorted(supported_suffixes()))
             raise CommandError(f"No loader for {', '.join(no_loader)} (supported: {suffixes}).")
         started = time.monotonic()
-        found = discover(options["paths"])
+        try:
+            found = discover(options["paths"])
+        except OSError as exc:  # a directory that cannot be listed: its files would be missed
+            where = shown(exc.filename) if exc.filename is not None else "a directory"
+            raise CommandError(
+                f"Cannot list {where}: {exc.strerror or type(exc).__name__}."
+            ) from exc
         counts: Counter[str] = Counter()
         failures: list[dict[str, str]] = []
-        unsupported = [str(item.path) for item in found if not item.supported]
+        unsupported = [shown(item.path) for item in found if not item.supported]
         todo = [item for item in found if item.supported]
         progress = not options["no_progress"] and not options["json"] and sys.stderr.isatty()
         files = ((item.path, item.source_key) for item in todo)
         for done, result in enumerate(ingest_paths(kb, files), 1):
             if result.outcome == DocumentOutcome.FAILED:
-                failures.append({"path": str(result.path), "error": result.error})
+                failures.append({"path": shown(result.path), "error": shown(result.error)})
             counts[OUTCOME_LABELS.get(result.outcome, result.outcome)] += 1
             counts["chunks"] += result.chunks
             if progress:
-                self._progress(done, len(todo), result.name)
+                self._progress(done, len(todo), shown(result.name))
         if progress:
             sys.stderr.write("\n")
         summary = {
@@ -124,3 +135,15 @@ class Command(KnowledgeCommand):
             self.stderr.write(f"failed: {failure['path']}: {failure['error']}")
         for path in summary["unsupported_files"]:
             self.stderr.write(f"unsupported: {path}")
+
+
+def shown(text: Path | str) -> str:
+    """A path or message as text any output can carry. A file name that is not UTF-8
+    (Latin-1 `café.md`, say) reaches Python with lone surrogates, which a UTF-8 stream
+    refuses and JSON would pass on as invalid text: its bytes become `\\xe9` escapes."""
+    text = str(text)
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file name decodes to
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
