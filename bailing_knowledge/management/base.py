@@ -199,9 +199,7 @@ class KnowledgeCommand(BaseCommand):
             if storable_text(value) != value:
                 # Bytes the locale could not decode arrive as lone surrogates, which neither
                 # UTF-8 nor PostgreSQL can hold: the driver would raise deep in a statement.
-                raise CommandError(
-                    f"Argument {value!r} is not valid UTF-8 text, or contains NUL."
-                )
+                raise CommandError(f"Argument {value!r} is not valid UTF-8 text, or contains NUL.")
         try:
             return super().execute(*args, **options)
         except DatabaseError as exc:

@@ -158,7 +158,8 @@ def test_a_statement_the_database_refuses_is_one_line_not_a_traceback(tmp_path):
     with connection.cursor() as cursor:
         cursor.execute("SET default_transaction_read_only = on")
     try:
-        for args in (("knowledge_ingest", "handbook", str(tmp_path)), ("knowledge_base", "create", "other")):
+        ingest = ("knowledge_ingest", "handbook", str(tmp_path))
+        for args in (ingest, ("knowledge_base", "create", "x")):
             with pytest.raises(CommandError) as raised:
                 call_command(*args, stdout=io.StringIO(), stderr=io.StringIO())
             message = str(raised.value)

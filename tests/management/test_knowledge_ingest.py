@@ -197,9 +197,8 @@ def test_a_file_name_that_is_not_utf8_is_shown_escaped_in_json(kb, tmp_path):
         handle.write(b"# Cafe\n\nMenu.")
     out = io.StringIO()
     with pytest.raises(CommandError):
-        call_command(
-            "knowledge_ingest", "handbook", str(tmp_path), "--json", stdout=out, stderr=io.StringIO()
-        )
+        args = ("knowledge_ingest", "handbook", str(tmp_path), "--json")
+        call_command(*args, stdout=out, stderr=io.StringIO())
     out.getvalue().encode("utf-8")  # no lone surrogate left
     summary = json.loads(out.getvalue())
     assert summary["new"] == 1
