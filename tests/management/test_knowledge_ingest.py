@@ -238,3 +238,20 @@ def test_a_directory_that_cannot_be_listed_stops_the_command(kb, tmp_path, monke
     with pytest.raises(CommandError, match=r"^Cannot list .*secret: Permission denied\.$"):
         run("knowledge_ingest", "handbook", str(target))
     assert not Document.objects.exists()
+
+
+def test_two_files_with_one_source_key_stop_the_command(kb, tmp_path):
+    """`one/readme.md` and `two/readme.md` are both `readme.md`: the second would silently
+    have replaced the first."""
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "readme.md").write_text(f"# {folder}\n\nText.", encoding="utf-8")
+    with pytest.raises(CommandError, match=r"same document \(source key 'readme\.md'\): .*one"):
+        run("knowledge_ingest", "handbook", str(tmp_path / "one"), str(tmp_path / "two"))
+    assert not Document.objects.exists()
+    out = run("knowledge_ingest", "handbook", str(tmp_path), "--no-progress")
+    assert "2 new" in out
+    assert sorted(Document.objects.values_list("source_key", flat=True)) == [
+        "one/readme.md",
+        "two/readme.md",
+    ]

@@ -23,7 +23,12 @@ from django.core.exceptions import ImproperlyConfigured, ObjectDoesNotExist
 from django.core.management.base import CommandError, CommandParser
 
 from bailing_knowledge.ingestion.documents import DocumentOutcome
-from bailing_knowledge.ingestion.loaders import discover, get_loader, supported_suffixes
+from bailing_knowledge.ingestion.loaders import (
+    Discovered,
+    discover,
+    get_loader,
+    supported_suffixes,
+)
 from bailing_knowledge.management.base import KnowledgeCommand
 from bailing_knowledge.retrieval.embedders import get_embedder
 from bailing_knowledge.services import get_knowledge_base
@@ -80,6 +85,13 @@ class Command(KnowledgeCommand):
             raise CommandError(
                 f"Cannot list {where}: {exc.strerror or type(exc).__name__}."
             ) from exc
+        clash = _shared_keys(found)
+        if clash:
+            raise CommandError(
+                f"Two files would be the same document (source key {clash[0]!r}): "
+                f"{shown(clash[1])} and {shown(clash[2])}. Keys are relative to the "
+                "directory named; name a common parent directory instead."
+            )
         counts: Counter[str] = Counter()
         failures: list[dict[str, str]] = []
         unsupported = [shown(item.path) for item in found if not item.supported]
@@ -135,6 +147,19 @@ class Command(KnowledgeCommand):
             self.stderr.write(f"failed: {failure['path']}: {failure['error']}")
         for path in summary["unsupported_files"]:
             self.stderr.write(f"unsupported: {path}")
+
+
+def _shared_keys(found: list[Discovered]) -> tuple[str, Path, Path] | None:
+    """The first source key two supported files share: the second would silently become a
+    new revision of the first (`one/readme.md` and `two/readme.md` are both `readme.md`)."""
+    first: dict[str, Path] = {}
+    for item in found:
+        if not item.supported:
+            continue
+        seen = first.setdefault(item.source_key, item.path)
+        if seen != item.path:
+            return item.source_key, seen, item.path
+    return None
 
 
 def shown(text: Path | str) -> str:
