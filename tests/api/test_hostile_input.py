@@ -29,13 +29,13 @@ def turn_body(**overrides):
     return {**body, **overrides}
 
 
-def post_raw(agent, path: str, raw: bytes | str):
-    """POST `raw` as the JSON body, byte for byte."""
+def post_raw(agent, path: str, raw: bytes | str, content_type: str = "application/json"):
+    """POST `raw` as the body, byte for byte, under `content_type`."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     return agent.http.post(
         BASE + path,
         data=data,
-        content_type="application/json",
+        content_type=content_type,
         headers={"Authorization": f"Bearer {agent.token}"},
     )
 
@@ -115,12 +115,7 @@ def test_a_malformed_body_is_refused_with_the_rule_it_breaks(agent, route, raw, 
     "content_type", ["Application/JSON", "APPLICATION/JSON; charset=UTF-8", "application/json "]
 )
 def test_the_media_type_is_matched_without_regard_to_case(agent, route, content_type):
-    response = agent.http.post(
-        BASE + SEARCH,
-        data=b'{"query": "refunds"}',
-        content_type=content_type,
-        headers={"Authorization": f"Bearer {agent.token}"},
-    )
+    response = post_raw(agent, SEARCH, b'{"query": "refunds"}', content_type)
     assert response.status_code == 200, response.content
 
 
@@ -129,12 +124,7 @@ def test_the_media_type_is_matched_without_regard_to_case(agent, route, content_
 )
 def test_a_body_sent_as_anything_but_json_names_the_content_type(agent, route, content_type):
     """`curl -d` sends a form's content type: the reason says what to send instead."""
-    response = agent.http.post(
-        BASE + SEARCH,
-        data=b'{"query": "refunds"}',
-        content_type=content_type,
-        headers={"Authorization": f"Bearer {agent.token}"},
-    )
+    response = post_raw(agent, SEARCH, b'{"query": "refunds"}', content_type)
     error = assert_error(response, 400, "invalid_request", agent.token)
     assert error["reason"] == (
         "The request body must be JSON, sent with Content-Type: application/json."
