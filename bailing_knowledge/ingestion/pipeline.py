@@ -20,7 +20,7 @@ from ..lookups import get_knowledge_base
 from ..models import Document, KnowledgeBase
 from .outcomes import DocumentOutcome, UpsertResult
 from .preparation import PreparedDocument, prepare_documents
-from .storage import is_current, lock_for_writing, record_failure, swap_in
+from .storage import is_current, lock_for_writing, record_failure, restrict_serving, swap_in
 from .tasks import runs_inline, task
 from .validation import CleanDocument, DocumentInput, clean_document, validation_message
 
@@ -88,7 +88,8 @@ def _mark_pending(kb: KnowledgeBase, todo: CleanDocument) -> Document:
     """The row that shows queued work: a new document is created `pending` with its content.
 
     A `ready` document keeps serving its current revision (its body is what its chunks were
-    cut from) until the worker swaps the new one in; the queued task carries the content.
+    cut from) until the worker swaps the new one in, seen only by principals both versions
+    admit (`restrict_serving`); the queued task carries the content.
     """
     lock_for_writing(kb)  # before the document's row: the order of `locks`
     document, created = Document.objects.select_for_update().get_or_create(
@@ -111,6 +112,8 @@ def _mark_pending(kb: KnowledgeBase, todo: CleanDocument) -> Document:
                 "title", "body", "metadata", "content_hash", "status", "last_error", "updated_at"
             ]
         )  # fmt: skip
+    elif not created:
+        restrict_serving(document, todo.metadata)
     return document
 
 

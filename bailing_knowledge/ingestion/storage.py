@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from .. import signals
 from ..locks import share_write_lock
 from ..models import Chunk, Document, KnowledgeBase
+from ..retrieval.visibility import VISIBILITY_KEYS, narrowest
 from ..signals import send_on_commit
 from .outcomes import GONE, INDEXED, DocumentOutcome, UpsertResult
 from .preparation import PreparedDocument, prepare_documents
@@ -101,6 +102,20 @@ def chunk_rows(document: Document, prepared: PreparedDocument) -> Iterator[tuple
     return (head + row for row in prepared.rows)
 
 
+def restrict_serving(document: Document, metadata: dict[str, Any]) -> None:
+    """Apply the visibility of an edit that is not swapped in yet (queued, or failed to index)
+    to the `ready` document still serving its old revision: while old text serves, only
+    principals both versions admit see it. The rest of the metadata describes the new text and
+    waits for it. Call with the document's row locked, under its knowledge base's write lock."""
+    if document.status != Document.Status.READY:
+        return
+    kept = {k: v for k, v in document.metadata.items() if k not in VISIBILITY_KEYS}
+    restricted = kept | narrowest(document.metadata, metadata)
+    if restricted != document.metadata:
+        Document.objects.filter(pk=document.pk).update(metadata=restricted)
+        document.metadata = restricted
+
+
 def record_failure(
     kb: KnowledgeBase, todo: CleanDocument, error: str, *, document_id: int | None = None
 ) -> UpsertResult:
@@ -120,7 +135,9 @@ def record_failure(
         if document_id is not None and (stale := _stale(document, document_id, todo)):
             return stale
         if document is not None:
-            # A serving document keeps serving; a queued or failed one is now `failed`.
+            # A serving document keeps serving (as the edit's visibility narrows it); a
+            # queued or failed one is now `failed`.
+            restrict_serving(document, todo.metadata)
             if document.status != Document.Status.READY:
                 document.status = Document.Status.FAILED
             Document.objects.filter(pk=document.pk).update(last_error=error, status=document.status)

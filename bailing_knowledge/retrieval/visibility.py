@@ -62,6 +62,32 @@ class Visibility:
         return "roles" not in metadata or _jsonb_has_any(metadata["roles"], self.roles)
 
 
+def narrowest(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The restricting keys of metadata that admits no principal that `old` or `new` refuses.
+
+    For a document that keeps serving old text while new text waits (queued) or failed to
+    index: a restriction the edit adds must hold at once, and one it lifts must not open the
+    old text to principals that were refused it. Exact for a principal with at most one role;
+    one holding several may be refused when each list names a different one of its roles."""
+    restricted: dict[str, Any] = {}
+    for key in VISIBILITY_KEYS:
+        if key in old and key in new and old[key] != new[key]:
+            admitted = _names(old[key])
+            restricted[key] = [name for name in _names(new[key]) if name in admitted]
+        elif key in old or key in new:
+            restricted[key] = new[key] if key in new else old[key]
+    return restricted
+
+
+def _names(value: Any) -> list[str]:
+    """The names a restricting key's value admits (`_jsonb_has_any`), in order, once each."""
+    if isinstance(value, list):
+        return list(dict.fromkeys(item for item in value if isinstance(item, str)))
+    if isinstance(value, dict):
+        return list(value)
+    return [value] if isinstance(value, str) else []
+
+
 def _jsonb_has_any(value: Any, keys: Sequence[str]) -> bool:
     """PostgreSQL's `value ?| keys`: a key is an element string of an array, a key of an
     object, or the string itself; nothing else (numbers, null, nested values) matches."""

@@ -14,6 +14,7 @@ from bailing_knowledge.ingestion.storage import STAGE_TYPES
 from bailing_knowledge.ingestion.validation import clean_document
 from bailing_knowledge.models import Chunk, Document, KnowledgeBase
 from bailing_knowledge.retrieval.embedders import HashingEmbedder
+from bailing_knowledge.retrieval.hybrid import HybridSearch
 from bailing_knowledge.retrieval.lexical import lexical_ranking
 from bailing_knowledge.retrieval.visibility import Visibility
 
@@ -193,3 +194,57 @@ def test_a_reindex_of_a_document_gone_before_it_started_names_it(kb):
     Document.objects.filter(pk=document.pk).delete()
     result = reindex_document(document)
     assert (result.outcome, result.error, result.source_key) == ("failed", GONE, "a.md")
+
+
+POISON = "tests.ingestion.test_documents.PoisonEmbedder"
+SALARIES = "The salary bands for every grade."
+
+
+def _seen_by(kb, audience: str, roles: tuple[str, ...] = ()) -> list[str]:
+    search = HybridSearch("salary bands", [kb], Visibility(audience=audience, roles=roles))
+    return [hit.title for hit in search.run(max_hits=3).hits]
+
+
+def test_a_failed_edit_that_restricts_a_document_restricts_its_serving_revision(kb, settings):
+    upsert_document(kb, "salaries.md", "Salaries", SALARIES, {"source_path": "old.md"})
+    settings.BAILING_KNOWLEDGE = {"EMBEDDERS": {"default": {"BACKEND": POISON}}}
+    result = upsert_document(
+        kb, "salaries.md", "Salaries", SALARIES + " POISON",
+        {"audiences": ["staff"], "source_path": "new.md"},
+    )  # fmt: skip
+    assert result.outcome == "failed"
+    assert _seen_by(kb, "customer") == []
+    assert _seen_by(kb, "staff") == ["Salaries"]
+    # What describes the new text waits for it; the old text still serves.
+    document = Document.objects.get()
+    assert document.metadata == {"audiences": ["staff"], "source_path": "old.md"}
+    assert (document.status, document.body) == ("ready", SALARIES)
+
+
+def test_a_failed_edit_that_lifts_a_restriction_does_not_open_the_old_text(kb, settings):
+    upsert_document(kb, "salaries.md", "Salaries", SALARIES, {"audiences": ["staff", "hr"]})
+    settings.BAILING_KNOWLEDGE = {"EMBEDDERS": {"default": {"BACKEND": POISON}}}
+    upsert_document(kb, "salaries.md", "Salaries", "POISON", {"audiences": ["hr", "customer"]})
+    assert Document.objects.get().metadata == {"audiences": ["hr"]}
+    assert [_seen_by(kb, a) for a in ("customer", "staff", "hr")] == [[], [], ["Salaries"]]
+    # The edit indexed at last: its own visibility, in full.
+    settings.BAILING_KNOWLEDGE = {}
+    assert upsert_document(kb, "salaries.md", "Salaries", "New salary bands.",
+                           {"audiences": ["hr", "customer"]}).outcome == "updated"  # fmt: skip
+    assert _seen_by(kb, "customer") == ["Salaries"]
+
+
+def test_a_queued_edit_restricts_the_serving_revision_until_it_is_swapped_in(kb, settings):
+    from django_tasks_db.models import DBTaskResult
+
+    upsert_document(kb, "salaries.md", "Salaries", SALARIES, {"roles": ["hr", "finance"]})
+    settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    revised = (SALARIES + " Revised.", {"roles": ["finance", "legal"]})
+    assert upsert_document(kb, "salaries.md", "Salaries", *revised).outcome == "queued"
+    assert [_seen_by(kb, "", (r,)) for r in ("hr", "finance", "legal")] == [[], ["Salaries"], []]
+    document = Document.objects.get()
+    assert (document.status, document.body) == ("ready", SALARIES)
+    (task,) = DBTaskResult.objects.all()
+    assert pipeline.index_task.call(**task.args_kwargs["kwargs"]) == "updated"
+    assert Document.objects.get().metadata == {"roles": ["finance", "legal"]}
+    assert _seen_by(kb, "", ("legal",)) == ["Salaries"]

@@ -17,6 +17,7 @@ from bailing_knowledge.retrieval.visibility import (
     DOCUMENT_VISIBLE_SQL,
     OPEN_DOCUMENT_SQL,
     Visibility,
+    narrowest,
     visibility_for,
 )
 
@@ -181,3 +182,13 @@ def test_the_admitted_documents_function_applies_the_same_rule(kb, visibility, m
         )
         _, visible = cursor.fetchone()
     assert admitted == ([(document.pk, document.revision)] if visible else [])
+
+
+@settings(max_examples=500)
+@given(visibility=PRINCIPALS, old=METADATA, new=METADATA)
+def test_the_narrowest_visibility_admits_only_whom_both_admit(visibility, old, new):
+    narrowed = narrowest(old, new)
+    both = visibility.admits(old) and visibility.admits(new)
+    assert not visibility.admits(narrowed) or both
+    if len(visibility.roles) <= 1:
+        assert visibility.admits(narrowed) is both
