@@ -406,6 +406,10 @@ class Document(models.Model):
     reindex_queued_at = models.DateTimeField(
         "re-index queued at", null=True, blank=True, editable=False
     )
+    # The content a document was last asked to take, once an edit has been queued for it: a
+    # queued task whose content it does not name was overtaken by newer content (the served
+    # one again included) and gives way. Empty: no edit queued yet (docs/ingestion.md).
+    queued_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

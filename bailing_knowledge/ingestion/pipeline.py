@@ -20,7 +20,15 @@ from ..lookups import get_knowledge_base
 from ..models import Document, KnowledgeBase
 from .outcomes import DocumentOutcome, UpsertResult
 from .preparation import PreparedDocument, prepare_documents
-from .storage import is_current, lock_for_writing, record_failure, restrict_serving, swap_in
+from .storage import (
+    asked,
+    is_current,
+    lock_for_writing,
+    overtaken,
+    record_failure,
+    restrict_serving,
+    swap_in,
+)
 from .tasks import runs_inline, task
 from .validation import CleanDocument, DocumentInput, clean_document, validation_message
 
@@ -30,13 +38,30 @@ BATCH_DOCUMENTS = 64
 BATCH_CHARACTERS = 2_000_000
 
 
-def _keep_unchanged(document: Document, todo: CleanDocument) -> UpsertResult:
-    """An unchanged document still takes the new metadata (it needs no new revision)."""
-    if document.metadata != todo.metadata:
-        with transaction.atomic():
-            share_write_lock([document.knowledge_base_id])  # before the row: see `locks`
-            Document.objects.filter(pk=document.pk).update(metadata=todo.metadata)
-        document.metadata = todo.metadata
+def _keep_unchanged(kb: KnowledgeBase, document: Document, todo: CleanDocument) -> UpsertResult:
+    """An unchanged document still takes the new metadata (it needs no new revision), and
+    an edit still queued for it gives way: the content it serves was asked for since.
+
+    Checked again under the row's lock: other content swapped in since it was read makes this
+    content an edit like any other."""
+    if document.metadata == todo.metadata and document.queued_hash in ("", todo.digest):
+        return UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=todo.source_key)
+    with transaction.atomic():
+        share_write_lock([kb.pk])  # before the row: see `locks`
+        locked = (
+            Document.objects.select_for_update()
+            .filter(pk=document.pk, content_hash=todo.digest, status=Document.Status.READY)
+            .only("queued_hash")
+            .first()
+        )
+        if locked is not None:
+            queued_hash = asked(locked, todo.digest)
+            Document.objects.filter(pk=document.pk).update(
+                metadata=todo.metadata, queued_hash=queued_hash
+            )
+    if locked is None:
+        return _enqueue(kb, todo)
+    document.metadata, document.queued_hash = todo.metadata, queued_hash
     return UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=todo.source_key)
 
 
@@ -64,7 +89,7 @@ def upsert_document(
     todo = clean_document(source_key, title, body, metadata)
     existing = _current_documents(kb, [source_key]).get(source_key)
     if existing is not None and is_current(existing, todo.digest):
-        return _keep_unchanged(existing, todo)
+        return _keep_unchanged(kb, existing, todo)
     return _enqueue(kb, todo)
 
 
@@ -89,7 +114,8 @@ def _mark_pending(kb: KnowledgeBase, todo: CleanDocument) -> Document:
 
     A `ready` document keeps serving its current revision (its body is what its chunks were
     cut from) until the worker swaps the new one in, seen only by principals both versions
-    admit (`restrict_serving`); the queued task carries the content.
+    admit (`restrict_serving`); the queued task carries the content, and `queued_hash` names
+    it, so that the tasks of content asked for before give way (`overtaken`).
     """
     lock_for_writing(kb)  # before the document's row: the order of `locks`
     document, created = Document.objects.select_for_update().get_or_create(
@@ -106,14 +132,17 @@ def _mark_pending(kb: KnowledgeBase, todo: CleanDocument) -> Document:
     if not created and document.status != Document.Status.READY:
         document.title, document.body, document.metadata = todo.title, todo.body, todo.metadata
         document.content_hash, document.status = todo.digest, Document.Status.PENDING
-        document.last_error = ""
+        document.last_error, document.queued_hash = "", ""
         document.save(
             update_fields=[
-                "title", "body", "metadata", "content_hash", "status", "last_error", "updated_at"
+                "title", "body", "metadata", "content_hash", "status", "last_error",
+                "queued_hash", "updated_at",
             ]
         )  # fmt: skip
     elif not created:
         restrict_serving(document, todo.metadata)
+        Document.objects.filter(pk=document.pk).update(queued_hash=todo.digest)
+        document.queued_hash = todo.digest
     return document
 
 
@@ -125,17 +154,20 @@ def index_document(
     metadata: dict[str, Any],
     *,
     document_id: int | None = None,
+    queued: bool = False,
 ) -> UpsertResult:
     """Index new content for a document and swap it in atomically.
 
     `document_id`: a re-index of that row, a document that never served: deleted meanwhile,
-    it stays deleted (`failed`, `GONE`); given other content meanwhile, it is `unchanged`."""
+    it stays deleted (`failed`, `GONE`); given other content meanwhile, it is `unchanged`.
+    `queued`: a worker's task for an edit; overtaken by content asked for since, it is
+    `unchanged` (`overtaken`)."""
     kb = KnowledgeBase.objects.get(pk=knowledge_base_id)
     todo = clean_document(source_key, title, body, metadata)
     (prepared,) = prepare_documents(kb.embedder, kb.language, [todo])
     if isinstance(prepared, str):
-        return record_failure(kb, todo, prepared, document_id=document_id)
-    (result,) = swap_in(kb, [prepared], document_id=document_id)
+        return record_failure(kb, todo, prepared, document_id=document_id, queued=queued)
+    (result,) = swap_in(kb, [prepared], document_id=document_id, queued=queued)
     return result
 
 
@@ -150,12 +182,16 @@ def index_task(
     rows = Document.objects.filter(knowledge_base_id=knowledge_base_id, source_key=source_key)
     digest = clean_document(source_key, title, body, metadata).digest
     waiting = rows.exclude(status=Document.Status.READY)
-    if waiting.exclude(content_hash=digest).exists():
-        # Newer content was queued for this document since: its own task indexes it.
+    serving = rows.filter(status=Document.Status.READY).only("status", "queued_hash").first()
+    if waiting.exclude(content_hash=digest).exists() or (
+        serving is not None and overtaken(serving, digest)
+    ):
+        # Newer content was asked for since: its own task (or none, for the content the
+        # document serves) indexes it. The swap checks again, under the row's lock.
         return str(DocumentOutcome.UNCHANGED)
     waiting.update(status=Document.Status.INDEXING)
     try:
-        result = index_document(knowledge_base_id, source_key, title, body, metadata)
+        result = index_document(knowledge_base_id, source_key, title, body, metadata, queued=True)
     except Exception as exc:
         waiting.filter(status=Document.Status.INDEXING).update(
             status=Document.Status.FAILED, last_error=f"Indexing stopped: {exc}"
@@ -192,7 +228,7 @@ def upsert_documents(
     if not runs_inline(index_task):
         for batch in batches:
             for slot in _triage(kb, batch):
-                yield _settled(slot) if slot.todo is None else _enqueue(kb, slot.todo)
+                yield _settled(kb, slot) if slot.todo is None else _enqueue(kb, slot.todo)
         return
     pool = ThreadPoolExecutor(1, thread_name_prefix="bailing-knowledge-prepare")
     try:
@@ -228,11 +264,11 @@ class _Slot:
     unchanged: tuple[Document, CleanDocument] | None = None
 
 
-def _settled(slot: _Slot) -> UpsertResult:
+def _settled(kb: KnowledgeBase, slot: _Slot) -> UpsertResult:
     """The result of a slot with no indexing to do; applies an unchanged document's new
     metadata now, so that nothing of a batch is written before its results are due."""
     if slot.unchanged is not None:
-        slot.result = _keep_unchanged(*slot.unchanged)
+        slot.result = _keep_unchanged(kb, *slot.unchanged)
         slot.unchanged = None
     assert slot.result is not None
     return slot.result
@@ -306,4 +342,4 @@ def _finish(
                 ready.append(outcome)
     written = iter(swap_in(kb, ready) if ready else [])
     for slot in slots:
-        yield _settled(slot) if slot.todo is None else next(written)
+        yield _settled(kb, slot) if slot.todo is None else next(written)

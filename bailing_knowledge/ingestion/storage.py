@@ -83,6 +83,20 @@ def is_current(document: Document, digest: str) -> bool:
     return document.content_hash == digest and document.status == Document.Status.READY
 
 
+def overtaken(document: Document, digest: str) -> bool:
+    """Queued work with content `digest` for a serving document has been overtaken: other
+    content was asked for since it was queued (`Document.queued_hash`), the content it serves
+    included. Work queued before the column existed finds it empty, and runs."""
+    return document.status == Document.Status.READY and document.queued_hash not in ("", digest)
+
+
+def asked(document: Document, digest: str) -> str:
+    """`Document.queued_hash` once content `digest` is written, kept or failed: still empty
+    when no edit was ever queued for the document, else `digest`, so that queued work it
+    overtook gives way (`overtaken`), even work that starts only now."""
+    return digest if document.queued_hash else ""
+
+
 def write_chunks(rows: Iterable[tuple[Any, ...]]) -> None:
     """Insert chunk rows (document id, KB id, revision, then a prepared row) in bulk."""
     # Staging and moving must share a transaction (the stage is emptied at commit).
@@ -117,12 +131,18 @@ def restrict_serving(document: Document, metadata: dict[str, Any]) -> None:
 
 
 def record_failure(
-    kb: KnowledgeBase, todo: CleanDocument, error: str, *, document_id: int | None = None
+    kb: KnowledgeBase,
+    todo: CleanDocument,
+    error: str,
+    *,
+    document_id: int | None = None,
+    queued: bool = False,
 ) -> UpsertResult:
     """Keep a serving document serving; create a new one as `failed` so it can be retried.
 
     `document_id`: the row a re-index works on (`_stale`): one deleted meanwhile stays
-    deleted, one given other content meanwhile is left to that content's indexing."""
+    deleted, one given other content meanwhile is left to that content's indexing.
+    `queued`: a worker's task, which gives way to content asked for since (`overtaken`)."""
     with transaction.atomic():
         lock_for_writing(kb)
         # Ordered by id: the model's ordering would join the KB's row and lock it too.
@@ -134,14 +154,18 @@ def record_failure(
         )
         if document_id is not None and (stale := _stale(document, document_id, todo)):
             return stale
+        if queued and document is not None and overtaken(document, todo.digest):
+            return UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=todo.source_key)
         if document is not None:
             # A serving document keeps serving (as the edit's visibility narrows it); a
             # queued or failed one is now `failed`.
             restrict_serving(document, todo.metadata)
             if document.status != Document.Status.READY:
                 document.status = Document.Status.FAILED
-            Document.objects.filter(pk=document.pk).update(last_error=error, status=document.status)
-            document.last_error = error
+            document.last_error, document.queued_hash = error, asked(document, todo.digest)
+            Document.objects.filter(pk=document.pk).update(
+                last_error=error, status=document.status, queued_hash=document.queued_hash
+            )
         else:
             document = Document.objects.create(
                 knowledge_base=kb,
@@ -157,7 +181,11 @@ def record_failure(
 
 
 def swap_in(
-    kb: KnowledgeBase, batch: Sequence[PreparedDocument], *, document_id: int | None = None
+    kb: KnowledgeBase,
+    batch: Sequence[PreparedDocument],
+    *,
+    document_id: int | None = None,
+    queued: bool = False,
 ) -> list[UpsertResult]:
     """Swap the new revisions of a batch in, in one transaction; one result each, in order.
 
@@ -165,7 +193,8 @@ def swap_in(
     (`lock_for_writing`), which `kb` takes: a batch prepared before a switch of language is
     analysed again; one prepared before a switch of embedder is embedded again (up to
     `REEMBEDDINGS` times), and a document that then fails is recorded as failed.
-    `document_id`: a re-index of that one row, of one document (`_stale`)."""
+    `document_id`: a re-index of that one row, of one document (`_stale`). `queued`: a
+    worker's task, which gives way to content asked for since it was queued (`overtaken`)."""
     batch = list(batch)
     failed: dict[int, str] = {}
     attempts = len(batch) + 1
@@ -181,7 +210,7 @@ def swap_in(
                 ):
                     raise _EmbedderSwitched
                 written = _swap_in_once(
-                    kb, [p for i, p in enumerate(batch) if i not in failed], document_id
+                    kb, [p for i, p in enumerate(batch) if i not in failed], document_id, queued
                 )
             break
         except IntegrityError:
@@ -201,7 +230,7 @@ def swap_in(
                     batch[i] = outcome
     results = iter(written)
     return [
-        record_failure(kb, prepared.document, failed[i], document_id=document_id)
+        record_failure(kb, prepared.document, failed[i], document_id=document_id, queued=queued)
         if i in failed
         else next(results)
         for i, prepared in enumerate(batch)
@@ -219,6 +248,7 @@ _SWAPPED_FIELDS = (
     "content_hash",
     "status",
     "last_error",
+    "queued_hash",
     "revision",
     "updated_at",
 )
@@ -237,7 +267,10 @@ def _stale(document: Document | None, document_id: int, todo: CleanDocument) -> 
 
 
 def _swap_in_once(
-    kb: KnowledgeBase, batch: Sequence[PreparedDocument], document_id: int | None = None
+    kb: KnowledgeBase,
+    batch: Sequence[PreparedDocument],
+    document_id: int | None = None,
+    queued: bool = False,
 ) -> list[UpsertResult]:
     batch = [prepared.in_language(kb.language) for prepared in batch]
     keys = sorted(prepared.document.source_key for prepared in batch)
@@ -266,6 +299,11 @@ def _swap_in_once(
         if document_id is not None and (stale := _stale(document, document_id, todo)):
             results.append(stale)
             continue
+        if queued and document is not None and overtaken(document, todo.digest):
+            results.append(
+                UpsertResult(DocumentOutcome.UNCHANGED, document, 0, source_key=todo.source_key)
+            )
+            continue
         if document is None:
             outcome = DocumentOutcome.CREATED
             document = Document(knowledge_base=kb, source_key=todo.source_key, revision=1)
@@ -284,6 +322,7 @@ def _swap_in_once(
         document.content_hash = todo.digest
         document.status = Document.Status.READY
         document.last_error = ""
+        document.queued_hash = asked(document, todo.digest)
         written.append((document, prepared))
         results.append(
             UpsertResult(outcome, document, len(prepared.rows), source_key=todo.source_key)

@@ -14,6 +14,7 @@ from django.db import connection, connections
 from bailing_knowledge import services
 from bailing_knowledge.ingestion import documents as ingest
 from bailing_knowledge.ingestion.chunker import chunk_spans
+from bailing_knowledge.ingestion.tasks import ImmediateBackend
 from bailing_knowledge.models import Chunk, Document, content_hash
 from bailing_knowledge.retrieval.embedders import EmbedderError, HashingEmbedder
 
@@ -248,6 +249,70 @@ def test_an_older_queued_version_gives_way_to_the_newer(kb, settings):
     assert Document.objects.get().status == "pending"
     assert ingest.index_task.call(**newer) == "created"
     assert Document.objects.get().status == "ready"
+
+
+def test_a_queued_edit_gives_way_to_the_served_content_asked_for_again(kb, settings):
+    served = ingest.upsert_document(kb, "a.md", "Title", BODY).document
+    settings.TASKS = QUEUE
+    assert ingest.upsert_document(kb, "a.md", "Title", BODY + " Edit.").outcome == "queued"
+    assert ingest.upsert_document(kb, "a.md", "Title", BODY).outcome == "unchanged"
+    ((_, kwargs),) = _queued()
+    assert ingest.index_task.call(**kwargs) == "unchanged"
+    served.refresh_from_db()
+    assert (served.body, served.revision, served.status) == (BODY, 1, "ready")
+
+
+def test_queued_edits_of_a_serving_document_end_with_the_last(kb, settings):
+    ingest.upsert_document(kb, "a.md", "Title", BODY)
+    settings.TASKS = QUEUE
+    ingest.upsert_document(kb, "a.md", "Title", BODY + " Older.")
+    ingest.upsert_document(kb, "a.md", "Title", BODY + " Newer.")
+    (_, older), (_, newer) = _queued()
+    assert ingest.index_task.call(**older) == "unchanged"
+    assert ingest.index_task.call(**newer) == "updated"
+    assert ingest.index_task.call(**older) == "unchanged"
+    document = Document.objects.get()
+    assert (document.body, document.revision) == (BODY + " Newer.", 2)
+    assert document.queued_hash == document.content_hash
+
+
+def test_a_queued_edit_gives_way_to_content_written_inline_since(kb, settings):
+    ingest.upsert_document(kb, "a.md", "Title", BODY)
+    settings.TASKS = QUEUE
+    ingest.upsert_document(kb, "a.md", "Title", BODY + " Queued.")
+    settings.TASKS = {"default": {"BACKEND": f"{ImmediateBackend.__module__}.ImmediateBackend"}}
+    assert ingest.upsert_document(kb, "a.md", "Title", BODY + " Inline.").outcome == "updated"
+    ((_, kwargs),) = _queued()
+    assert ingest.index_task.call(**kwargs) == "unchanged"
+    assert Document.objects.get().body == BODY + " Inline."
+
+
+def test_an_overtaken_edit_gives_way_when_it_comes_to_swap_or_fail(kb, settings):
+    """Overtaken while its task embeds: the swap, under the row's lock, sees it."""
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {"default": {"BACKEND": "tests.ingestion.test_documents.PoisonEmbedder"}}
+    }
+    ingest.upsert_document(kb, "a.md", "Title", BODY, {"audiences": ["staff"]})
+    settings.TASKS = QUEUE
+    for text in (BODY + " Edit.", BODY + " POISON"):
+        ingest.upsert_document(kb, "a.md", "Title", text, {"audiences": ["public"]})
+        ingest.upsert_document(kb, "a.md", "Title", BODY, {"audiences": ["staff"]})
+    for _, kwargs in _queued():
+        result = ingest.index_document(**kwargs, queued=True)
+        assert (result.outcome, result.chunks) == ("unchanged", 0)
+    document = Document.objects.get()
+    assert (document.body, document.revision, document.last_error) == (BODY, 1, "")
+    assert document.metadata == {"audiences": ["staff"]}
+
+
+def test_an_edit_queued_before_the_document_recorded_it_still_runs(kb, settings):
+    ingest.upsert_document(kb, "a.md", "Title", BODY)
+    settings.TASKS = QUEUE
+    ingest.upsert_document(kb, "a.md", "Title", BODY + " Edit.")
+    Document.objects.update(queued_hash="")  # as queued by a release without the column
+    ((_, kwargs),) = _queued()
+    assert ingest.index_task.call(**kwargs) == "updated"
+    assert Document.objects.get().body == BODY + " Edit."
 
 
 def test_a_queued_reindex_runs_through_its_task(kb, settings):

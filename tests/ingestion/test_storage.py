@@ -248,3 +248,14 @@ def test_a_queued_edit_restricts_the_serving_revision_until_it_is_swapped_in(kb,
     assert pipeline.index_task.call(**task.args_kwargs["kwargs"]) == "updated"
     assert Document.objects.get().metadata == {"roles": ["finance", "legal"]}
     assert _seen_by(kb, "", ("legal",)) == ["Salaries"]
+
+
+def test_content_asked_for_again_after_other_content_came_in_is_an_edit(kb):
+    """Read as unchanged, swapped out before its metadata was applied: indexed again."""
+    served = upsert_document(kb, "a.md", "A", "Old text.").document
+    upsert_document(kb, "a.md", "A", "New text.")
+    todo = clean_document("a.md", "A", "Old text.", {"audiences": ["staff"]})
+    assert pipeline._keep_unchanged(kb, served, todo).outcome == "updated"
+    document = Document.objects.get()
+    assert (document.body, document.revision) == ("Old text.", 3)
+    assert document.metadata == {"audiences": ["staff"]}
