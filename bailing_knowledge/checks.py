@@ -174,12 +174,17 @@ def _any(value: Any) -> str | None:
     return None
 
 
+# Upper bounds where a larger value breaks rather than loosens: PostgreSQL takes timeouts and
+# row counts as 32-bit integers, and an expiry past ten years only courts date overflow.
+_PG_INT_MAX = 2**31 - 1
+_TEN_YEARS = 3650 * 24 * 3600
+
 # What each key must be: a check returning None when the value is fine, or what it must be.
 # EMBEDDERS gets its own checks (`_check_embedders`), BM25 its own id (E006).
 VALIDATORS: dict[str, Callable[[Any], str | None]] = {
-    "SESSION_DEFAULT_LIFETIME": _integer(1),
-    "SESSION_MAX_LIFETIME": _integer(1),
-    "SESSION_LAST_SEEN_INTERVAL": _integer(0),
+    "SESSION_DEFAULT_LIFETIME": _integer(1, _TEN_YEARS),
+    "SESSION_MAX_LIFETIME": _integer(1, _TEN_YEARS),
+    "SESSION_LAST_SEEN_INTERVAL": _integer(0, _TEN_YEARS),
     "URL_PREFIX": _url_prefix,
     "THROTTLE_RATES": _throttle_rates,
     "THROTTLE_CACHE": _cache_alias,
@@ -190,12 +195,12 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "SEARCH_EF_SEARCH": _integer(1, 1000),  # pgvector's bounds for hnsw.ef_search
     "SEARCH_BM25_K1": _any,
     "SEARCH_BM25_B": _any,
-    "SEARCH_LEXICAL_READ_BUDGET": _integer(1),
+    "SEARCH_LEXICAL_READ_BUDGET": _integer(1, _PG_INT_MAX),
     "SEARCH_LEXICAL_PRUNING": _number(1.0, 10.0),
-    "SEARCH_STATEMENT_TIMEOUT_MS": _integer(0),
+    "SEARCH_STATEMENT_TIMEOUT_MS": _integer(0, _PG_INT_MAX),
     "MAX_BODY_BYTES": _integer(1),
     "MAX_JSON_DEPTH": _integer(1),
-    "DATABASE_WAIT_MS": _integer(0),
+    "DATABASE_WAIT_MS": _integer(0, _PG_INT_MAX),
     "INLINE_MAX_BYTES": _integer(0),
     "TURN_CONTEXT_HOOK": _callable_path(optional=True),
     "EMBEDDERS": _any,
@@ -255,7 +260,18 @@ def _check_embedders(embedders: dict[str, Any]) -> list[checks.CheckMessage]:
     from .retrieval.embedders import backend_class, check_embedder
 
     errors: list[checks.CheckMessage] = []
-    for alias in sorted(embedders):
+    aliases = [alias for alias in embedders if isinstance(alias, str) and 0 < len(alias) <= 64]
+    for alias in embedders:
+        if alias not in aliases:
+            # A knowledge base stores its embedder's alias in a 64-character column.
+            errors.append(
+                checks.Error(
+                    f"{SETTINGS_NAME}['EMBEDDERS'] alias {alias!r} must be a string of 1 to 64 "
+                    "characters.",
+                    id="bailing_knowledge.E007",
+                )
+            )
+    for alias in sorted(aliases):
         try:
             backend = backend_class(alias)
         except ImproperlyConfigured as exc:

@@ -125,13 +125,19 @@ def test_the_removed_common_term_cap_is_a_warning_not_an_error():
         ({"THROTTLE_CACHE": "redis"}, "CACHES aliases"),
         ({"SESSION_DEFAULT_LIFETIME": "8h"}, "integer"),
         ({"SESSION_DEFAULT_LIFETIME": 7200, "SESSION_MAX_LIFETIME": 3600}, "may not exceed"),
-        ({"SEARCH_STATEMENT_TIMEOUT_MS": -1}, "integer ≥ 0"),
-        ({"SEARCH_STATEMENT_TIMEOUT_MS": 2.5}, "integer ≥ 0"),
+        ({"SEARCH_STATEMENT_TIMEOUT_MS": -1}, "from 0 to 2147483647"),
+        ({"SEARCH_STATEMENT_TIMEOUT_MS": 2.5}, "from 0 to 2147483647"),
+        # Past PostgreSQL's integer every search would fail with 503, not wait longer.
+        ({"SEARCH_STATEMENT_TIMEOUT_MS": 2**31}, "from 0 to 2147483647"),
+        ({"DATABASE_WAIT_MS": 10**15}, "from 0 to 2147483647"),
+        # Past ten years an expiry date overflows, and every request would answer 500.
+        ({"SESSION_LAST_SEEN_INTERVAL": 10**20}, "from 0 to 315360000"),
+        ({"SESSION_MAX_LIFETIME": 10**15}, "from 1 to 315360000"),
         ({"SEARCH_EF_SEARCH": 5000}, "from 1 to 1000"),
         ({"SEARCH_MIN_SIMILARITY": 2}, "from -1.0 to 1.0"),
         ({"SEARCH_CANDIDATES": 0}, "from 1 to 1000"),
-        ({"SEARCH_LEXICAL_READ_BUDGET": 0}, "integer ≥ 1"),
-        ({"SEARCH_LEXICAL_READ_BUDGET": "2000"}, "integer ≥ 1"),
+        ({"SEARCH_LEXICAL_READ_BUDGET": 0}, "from 1 to 2147483647"),
+        ({"SEARCH_LEXICAL_READ_BUDGET": "2000"}, "from 1 to 2147483647"),
         ({"SEARCH_LEXICAL_PRUNING": 0.9}, "from 1.0 to 10.0"),
         ({"SEARCH_LEXICAL_PRUNING": "1.5"}, "from 1.0 to 10.0"),
         ({"CHUNK_TARGET_CHARS": 10}, "integer ≥ 50"),
@@ -202,6 +208,14 @@ def test_embedder_entries_are_checked_without_loading_a_model(embedders, words):
     messages = _messages({"EMBEDDERS": embedders})
     assert _ids(messages) == {"bailing_knowledge.E007"}, messages
     assert words in messages[0].msg
+
+
+@pytest.mark.parametrize("alias", [1, None, "", "x" * 65])
+def test_an_embedder_alias_that_no_knowledge_base_could_store_is_refused(alias):
+    hashing = {"BACKEND": "bailing_knowledge.retrieval.embedders.HashingEmbedder"}
+    messages = _messages({"EMBEDDERS": {"default": hashing, alias: hashing}})
+    assert _ids(messages) == {"bailing_knowledge.E007"}, messages
+    assert "1 to 64 characters" in messages[0].msg
 
 
 def test_the_issue_example_fails_check_instead_of_every_request(tmp_path):
