@@ -133,3 +133,21 @@ def test_an_unknown_database_is_a_usage_error():
 def test_rejects_sizes_hnsw_cannot_index(size):
     with pytest.raises(CommandError, match="--dimensions: HNSW indexes take 1 to 4000"):
         run("--dimensions", size)
+
+
+def test_an_embedder_wider_than_hnsw_allows_is_noted_not_refused(settings):
+    # Such a size is searched by a full scan: nothing to build, nothing for --check to fail on.
+    settings.BAILING_KNOWLEDGE = {
+        "EMBEDDERS": {
+            "default": {"BACKEND": HASHING},
+            "wide": {"BACKEND": HASHING, "OPTIONS": {"DIMENSIONS": 4096}},
+        }
+    }
+    output = run()
+    assert "4096 dimensions: no index (HNSW takes at most 4000); searched by a full scan" in output
+    assert f"{vector_index_name(384)}: already indexed" in output
+    assert vector_index_state(connection, 4096) == "missing"
+    assert json.loads(run("--check", "--json")) == [
+        {"dimensions": 4096, "index": None, "found": "too_wide"},
+        {"dimensions": 384, "index": vector_index_name(384), "found": "ok"},
+    ]

@@ -57,14 +57,29 @@ class Command(KnowledgeCommand):
         connection = connections[options["database"]]
         if connection.in_atomic_block:
             raise CommandError("Indexes are built concurrently: run outside a transaction.")
-        sizes = options["dimensions"] or self.configured_sizes()
-        for size in sizes:
-            if not 1 <= size <= HNSW_MAX_DIMENSIONS:
-                raise CommandError(
-                    f"--dimensions: HNSW indexes take 1 to {HNSW_MAX_DIMENSIONS} dimensions, "
-                    f"not {size}."
+        wide: list[int] = []
+        if options["dimensions"]:
+            sizes = options["dimensions"]
+            for size in sizes:
+                if not 1 <= size <= HNSW_MAX_DIMENSIONS:
+                    raise CommandError(
+                        f"--dimensions: HNSW indexes take 1 to {HNSW_MAX_DIMENSIONS} "
+                        f"dimensions, not {size}."
+                    )
+        else:
+            # An embedder wider than HNSW allows is searched by a full scan, as documented:
+            # nothing to build for it, and nothing this command could fix.
+            configured = self.configured_sizes()
+            sizes = [size for size in configured if size <= HNSW_MAX_DIMENSIONS]
+            wide = sorted({size for size in configured if size > HNSW_MAX_DIMENSIONS})
+        report: list[dict[str, Any]] = []
+        for size in wide:
+            report.append({"dimensions": size, "index": None, "found": "too_wide"})
+            if options["verbosity"] and not options["json"]:
+                self.stdout.write(
+                    f"{size} dimensions: no index (HNSW takes at most {HNSW_MAX_DIMENSIONS}); "
+                    "searched by a full scan"
                 )
-        report = []
         for size in sorted(set(sizes)):
             if options["check"]:
                 state = vector_index_state(connection, size)
@@ -81,7 +96,7 @@ class Command(KnowledgeCommand):
                     self.stdout.write(ACTIONS[state])
         if options["json"]:
             self.stdout.write(json.dumps(report))
-        unusable = [item["index"] for item in report if item["found"] != "ok"]
+        unusable = [item["index"] for item in report if item["found"] not in ("ok", "too_wide")]
         if options["check"] and unusable:
             raise CommandError(
                 f"No usable HNSW index: {', '.join(unusable)}. Run `manage.py "
