@@ -160,15 +160,27 @@ def session_data(session: AgentSession, now: datetime | None = None) -> dict[str
 # ---------------------------------------------------------------------------------------------
 
 
+# C0 and C1 controls, DEL, and the bidirectional overrides and isolates: a stored value (a
+# title typed in the admin, a principal id from a script) must not move the cursor, recolour
+# the terminal or reorder what an operator reads.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
 def text(value: Any) -> str:
-    """One cell of text output: lists joined, booleans as yes/no, blanks as '-'."""
+    """One cell of text output: lists joined, booleans as yes/no, blanks as '-', and control
+    characters escaped (``\\x1b``), so that what is printed is what is stored, inert."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list | tuple):
         value = ", ".join(str(item) for item in value)
     if value is None or value == "":
         return "-"
-    return str(value)
+    return _CONTROLS.sub(_escape, str(value))
 
 
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

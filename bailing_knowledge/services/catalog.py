@@ -58,7 +58,7 @@ def create_knowledge_base(
     kb = _save(
         KnowledgeBase(
             slug=slug,
-            title=title or slug,
+            title=title or slug[:200],  # an overlong slug is its own error, not the title's
             description=description,
             embedder=embedder,
             tenant=tenant,
@@ -107,7 +107,7 @@ def create_route(
     route = _save(
         Route(
             route_key=route_key,
-            name=name or route_key,
+            name=name or route_key[:200],
             allowed_audiences=_clean_audiences(audiences),
             enabled=enabled,
             agent_client_enabled=agent_client_enabled,
@@ -194,7 +194,7 @@ def create_client(
 ) -> Client:
     """Register an agent application and the routes it may use."""
     resolved = resolve_all(Route, "route_key", routes)
-    client = _save(Client(app_id=app_id, name=name or app_id, enabled=enabled))
+    client = _save(Client(app_id=app_id, name=name or app_id[:200], enabled=enabled))
     client.allowed_routes.set(resolved)
     return client
 

@@ -64,6 +64,13 @@ def test_create_rejects_an_invalid_app_id(db):
         run("agent_client", "create", "bad id")
 
 
+def test_an_overlong_app_id_is_reported_against_the_app_id_alone(db):
+    with pytest.raises(CommandError) as caught:
+        run("agent_client", "create", "a" * 500)
+    assert "APP_ID: Ensure this value has at most 100 characters" in str(caught.value)
+    assert "--name" not in str(caught.value)
+
+
 def test_list(agent_client):
     services.create_client("zeta", enabled=False)
     data = run_json("agent_client", "list")

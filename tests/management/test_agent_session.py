@@ -161,7 +161,7 @@ def test_issue_rejects_an_unknown_client(route):
 
 def test_issue_rejects_a_disabled_client(agent_client, route):
     services.set_client_enabled(agent_client, False)
-    with pytest.raises(CommandError, match="client: Client 'acme-agent' is disabled"):
+    with pytest.raises(CommandError, match="APP_ID: Client 'acme-agent' is disabled"):
         run("agent_session", "issue", "acme-agent", "--principal", "u", "--route", "orders")
 
 

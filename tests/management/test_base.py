@@ -102,6 +102,20 @@ def test_text_and_table():
     assert render_table(["A", "LONG"], [["xyz", 1]]).splitlines() == ["A    LONG", "xyz  1"]
 
 
+def test_control_characters_are_printed_escaped_not_obeyed(db):
+    # A title stored through the admin or a script: the listing must not clear the screen,
+    # recolour it, break a row in two or reverse what follows.
+    assert text("a\x1b[2Jb") == "a\\x1b[2Jb"
+    assert text(["x\ny", "\u202eevil"]) == "x\\x0ay, \\u202eevil"
+    assert text("退款\tpolicy\x9b") == "退款\\x09policy\\x9b"
+    services.create_knowledge_base("help", title="Help\x1b]0;owned\x07\r")
+    out = io.StringIO()
+    call_command("knowledge_base", "list", stdout=out)
+    listing = out.getvalue()
+    assert "Help\\x1b]0;owned\\x07\\x0d" in listing
+    assert not any(ord(c) < 0x20 and c != "\n" for c in listing)
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -94,6 +94,15 @@ def test_create_rejects_an_invalid_slug():
     assert not KnowledgeBase.objects.exists()
 
 
+def test_an_overlong_slug_is_reported_against_the_slug_alone():
+    # The title falls back to the slug: it must not be blamed for the slug's length.
+    with pytest.raises(CommandError) as caught:
+        run("knowledge_base", "create", "k" * 500)
+    assert "SLUG: Ensure this value has at most 64 characters" in str(caught.value)
+    assert "--title" not in str(caught.value)
+    assert not KnowledgeBase.objects.exists()
+
+
 def test_create_requires_a_slug():
     with pytest.raises(CommandError, match="required"):
         run("knowledge_base", "create")

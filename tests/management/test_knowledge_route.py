@@ -103,6 +103,13 @@ def test_create_rejects_an_invalid_key(db):
         run("knowledge_route", "create", "no spaces")
 
 
+def test_an_overlong_key_is_reported_against_the_key_alone(db):
+    with pytest.raises(CommandError) as caught:
+        run("knowledge_route", "create", "r" * 500)
+    assert "ROUTE_KEY: Ensure this value has at most 64 characters" in str(caught.value)
+    assert "--name" not in str(caught.value)
+
+
 def test_list(route, second_kb):
     services.create_route("empty", audiences=["staff"], knowledge_mode="document")
     data = run_json("knowledge_route", "list")

@@ -54,6 +54,7 @@ class Command(ServiceCommand):
     help = "Issue, list and revoke agent sessions (bearer tokens for one principal)."
 
     field_options = {
+        "client": "APP_ID",
         "principal_id": "--principal",
         "principal_tenant": "--tenant",
         "principal_roles": "--role",
