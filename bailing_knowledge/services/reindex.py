@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.utils import timezone
 
 from .. import signals
 from ..conf import check_embedder_alias
@@ -83,7 +84,9 @@ def set_knowledge_base_embedder(kb: KnowledgeBase | str, alias: str) -> ReindexR
     if kb.embedder == alias:
         return ReindexReport()
     with transaction.atomic():
-        KnowledgeBase.objects.filter(pk=kb.pk).update(embedder=alias)
+        # A queryset update skips auto_now: the admin's "last changed" must still move.
+        kb.updated_at = timezone.now()
+        KnowledgeBase.objects.filter(pk=kb.pk).update(embedder=alias, updated_at=kb.updated_at)
         # Alone: a writer that embedded with the old alias commits first, and so is among
         # the documents re-embedded below; a later one embeds with the new alias.
         take_write_lock(kb.pk)
@@ -107,7 +110,8 @@ def set_knowledge_base_language(kb: KnowledgeBase | str, language: str) -> Knowl
     if kb.language == language:
         return kb
     with transaction.atomic():
-        KnowledgeBase.objects.filter(pk=kb.pk).update(language=language)
+        kb.updated_at = timezone.now()
+        KnowledgeBase.objects.filter(pk=kb.pk).update(language=language, updated_at=kb.updated_at)
         kb.language = language
         rebuild_lexical_index(kb)
         send_on_commit(

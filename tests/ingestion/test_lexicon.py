@@ -86,8 +86,11 @@ def test_top_levels_bound_every_posting(kb):
 def test_changing_the_language_reindexes_the_terms(kb):
     upsert_document(kb, "run.md", "Exercise", "She runs every morning.")
     assert lexical_ranking("running", [kb], Visibility(), 5)
+    before = KnowledgeBase.objects.get(pk=kb.pk).updated_at
     kb = services.set_knowledge_base_language(kb, "simple")
-    assert KnowledgeBase.objects.get(pk=kb.pk).language == "simple"
+    stored = KnowledgeBase.objects.get(pk=kb.pk)
+    assert stored.language == "simple"
+    assert stored.updated_at > before and stored.updated_at == kb.updated_at
     assert lexical_ranking("running", [kb], Visibility(), 5) == []
     assert lexical_ranking("runs", [kb], Visibility(), 5)
     assert stored_statistics(kb) == counted_statistics(kb)

@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 
 from bailing_knowledge import services
 from bailing_knowledge.ingestion.documents import reindex_task, upsert_document
-from bailing_knowledge.models import Chunk, Document
+from bailing_knowledge.models import Chunk, Document, KnowledgeBase
 from bailing_knowledge.retrieval.embedders import HashingEmbedder
 from bailing_knowledge.retrieval.lexical import lexical_ranking
 from bailing_knowledge.retrieval.visibility import Visibility
@@ -58,7 +58,9 @@ def test_switching_the_embedder_re_embeds_at_once_with_the_immediate_backend(
 ):
     kb = two_documents
     _embedders(settings)
+    before = KnowledgeBase.objects.get(pk=kb.pk).updated_at
     report = services.set_knowledge_base_embedder(kb, "small")
+    assert KnowledgeBase.objects.get(pk=kb.pk).updated_at > before
     assert (report.indexed, report.queued, report.unchanged, report.failed) == (2, 0, 0, [])
     assert [r.outcome for r in report.results] == ["updated", "updated"]
     assert _dimensions(kb) == {64}
