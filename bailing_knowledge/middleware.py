@@ -52,7 +52,7 @@ class NoStoreMiddleware:
                 # Django's own page, made outside the app's views: a path under the prefix
                 # that no pattern matched (`/agent-api/v2/...`, 404), a Host header not in
                 # ALLOWED_HOSTS (400), a host middleware's failure. The agent API's envelope.
-                replaced = JsonResponse(error_body(error), status=response.status_code)
+                replaced = _envelope(error, response.status_code)
                 for header in ("Allow", "Retry-After"):
                     if header in response:
                         replaced[header] = response[header]
@@ -72,11 +72,20 @@ class NoStoreMiddleware:
         else:
             error = InternalError
             logger.error("Unhandled error under the agent API", exc_info=exception)
-        response = JsonResponse(error_body(error), status=error.status_code)
+        response = _envelope(error, error.status_code)
         for header, value in error.headers.items():
             response[header] = value
         response["Cache-Control"] = "no-store"
         return response
+
+
+def _envelope(error: type[AgentAPIError], status: int) -> JsonResponse:
+    """The error envelope as the app's renderer writes it: compact UTF-8 JSON."""
+    return JsonResponse(
+        error_body(error),
+        status=status,
+        json_dumps_params={"separators": (",", ":"), "ensure_ascii": False},
+    )
 
 
 def _is_json(response: HttpResponse) -> bool:

@@ -123,6 +123,8 @@ def test_paths_under_the_prefix_that_no_pattern_matches_are_a_json_404(client, d
     for response in (client.get(path), client.post(path, {}, content_type="application/json")):
         body = assert_error(response, 404, "not_found")
         assert body["reason"] == "There is no such endpoint."
+        # Written as the views write theirs: compact, byte for byte.
+        assert response.content == json.dumps(body, separators=(",", ":")).encode()
 
 
 def test_a_host_not_allowed_is_a_json_400_under_the_prefix(agent, route, settings):
