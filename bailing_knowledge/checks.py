@@ -257,20 +257,24 @@ def _check_embedders(embedders: dict[str, Any]) -> list[checks.CheckMessage]:
     search; then the entry is built and closed (its options checked), except a backend that
     loads a model when built, whose option names alone are checked: no model is loaded here.
     """
+    from .models import KnowledgeBase
     from .retrieval.embedders import backend_class, check_embedder
 
+    # A knowledge base stores its embedder's alias: the column bounds what an alias may be.
+    longest = KnowledgeBase._meta.get_field("embedder").max_length
     errors: list[checks.CheckMessage] = []
-    aliases = [alias for alias in embedders if isinstance(alias, str) and 0 < len(alias) <= 64]
+    aliases: list[str] = []
     for alias in embedders:
-        if alias not in aliases:
-            # A knowledge base stores its embedder's alias in a 64-character column.
-            errors.append(
-                checks.Error(
-                    f"{SETTINGS_NAME}['EMBEDDERS'] alias {alias!r} must be a string of 1 to 64 "
-                    "characters.",
-                    id="bailing_knowledge.E007",
-                )
+        if isinstance(alias, str) and 0 < len(alias) <= longest:
+            aliases.append(alias)
+            continue
+        errors.append(
+            checks.Error(
+                f"{SETTINGS_NAME}['EMBEDDERS'] alias {alias!r} must be a string of 1 to "
+                f"{longest} characters.",
+                id="bailing_knowledge.E007",
             )
+        )
     for alias in sorted(aliases):
         try:
             backend = backend_class(alias)
