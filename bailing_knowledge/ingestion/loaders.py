@@ -172,18 +172,27 @@ def _clean_title(title: str) -> str:
     return title[:end].rstrip()
 
 
-def load_file(path: Path, *, source_key: str | None = None) -> LoadedDocument:
+def load_file(
+    path: Path, *, source_key: str | None = None, root: Path | None = None
+) -> LoadedDocument:
     """Load one file with the loader registered for its suffix.
 
     `source_key` (the file's key in its knowledge base, e.g. "guides/setup.md") names the
     file in errors and in `metadata["source_path"]`; it defaults to the file name. The title
-    falls back to the file stem when the loader finds none. Raises `LoaderError`.
+    falls back to the file stem when the loader finds none. `root` is the directory the file
+    was found under: a file that resolves outside it (a symbolic link to /etc/passwd, say)
+    is refused, checked here rather than when the tree was listed, so that a link made in
+    between is caught too. Raises `LoaderError`.
     """
     path = Path(path)
     name = source_key or path.name
     loader = get_loader(path)
     if loader is None:
         raise LoaderError(name, f"unsupported file type {path.suffix or '(no suffix)'!r}")
+    if storable_text(name) != name:  # the surrogates of a name's bytes that are not UTF-8
+        raise LoaderError(name, "its name is not UTF-8 text: rename the file")
+    if root is not None and not path.resolve().is_relative_to(Path(root).resolve()):
+        raise LoaderError(name, "links outside the directory being ingested (not read)")
     if not path.is_file():
         raise LoaderError(name, "not a readable file")
     try:
@@ -515,11 +524,14 @@ class Discovered:
     `source_key` is its idempotency key in a knowledge base: the POSIX path relative to the
     directory it was found under, or its name when the file was named directly. Unsupported
     files are listed too (`supported=False`) so that a command can say what it skipped.
+    `root` is the directory it was found under (None for a file named directly), for
+    `load_file` to keep links from reaching outside it.
     """
 
     path: Path
     source_key: str
     supported: bool
+    root: Path | None = None
 
 
 def _hidden(name: str) -> bool:
@@ -533,9 +545,10 @@ def _raise(error: OSError) -> None:
 def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
     """Yield (path, source_key) for every file under `root`, in a deterministic order.
 
-    Hidden files and directories (name starting with ".") are skipped; symbolic links to
-    files are followed, links to directories are not (no cycles, no escaping the tree).
-    Whatever else is not a directory is yielded too, a dangling link or a named pipe among
+    Hidden files and directories (name starting with ".") are skipped. Symbolic links to
+    files are yielded (`load_file(..., root=root)` refuses one that leads outside `root`);
+    links to directories are not walked (no cycles, no escaping the tree) but yielded
+    themselves, as is whatever else is not a directory, a dangling link or a named pipe among
     them: loading it fails (`load_file` never opens such a file), so it is reported, not
     silently left out.
     Files are sorted by their relative path, compared component by component. A file given
@@ -551,9 +564,10 @@ def iter_files(root: Path) -> Iterator[tuple[Path, str]]:
         raise FileNotFoundError(f"no such file or directory: {str(root)!r}")
     found: list[tuple[tuple[str, ...], Path]] = []
     for directory, dirnames, filenames in os.walk(root, onerror=_raise):
-        dirnames[:] = [name for name in dirnames if not _hidden(name)]
         base = Path(directory)
-        for filename in filenames:
+        linked = [name for name in dirnames if (base / name).is_symlink()]
+        dirnames[:] = [name for name in dirnames if not _hidden(name) and name not in linked]
+        for filename in [*filenames, *linked]:
             if _hidden(filename):
                 continue
             path = base / filename
@@ -572,7 +586,12 @@ def discover(paths: Iterable[Path]) -> list[Discovered]:
     directory that cannot be listed (its OSError).
     """
     return [
-        Discovered(path=path, source_key=key, supported=get_loader(path) is not None)
+        Discovered(
+            path=path,
+            source_key=key,
+            supported=get_loader(path) is not None,
+            root=None if Path(root).is_file() else Path(root),
+        )
         for root in paths
         for path, key in iter_files(Path(root))
     ]

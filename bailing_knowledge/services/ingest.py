@@ -31,13 +31,15 @@ class FileOutcome:
 
 
 def ingest_paths(
-    kb: KnowledgeBase | str, files: Iterable[tuple[Path, str]]
+    kb: KnowledgeBase | str, files: Iterable[tuple[Path, str] | tuple[Path, str, Path | None]]
 ) -> Iterator[FileOutcome]:
     """Load and upsert `(path, source_key)` pairs; yields one outcome per file, in input order.
 
-    Files are read lazily, as `upsert_documents` asks for the next batch, so only the
-    batches in flight are held in memory. A file its loader rejects is `failed` with the
-    loader's reason; it is reported in its place among the others.
+    A third item, the directory the file was found under, keeps a symbolic link from
+    reaching outside it (see `load_file`). Files are read lazily, as `upsert_documents` asks
+    for the next batch, so only the batches in flight are held in memory. A file its loader
+    rejects is `failed` with the loader's reason; it is reported in its place among the
+    others.
     """
     kb = get_knowledge_base(kb)
     # Files read but not yet reported, in order, with their outcome once it is known: a
@@ -45,9 +47,9 @@ def ingest_paths(
     waiting: deque[tuple[Path, str, FileOutcome | None]] = deque()
 
     def documents() -> Iterator[DocumentInput]:
-        for path, key in files:
+        for path, key, *root in files:
             try:
-                loaded = load_file(path, source_key=key)
+                loaded = load_file(path, source_key=key, root=root[0] if root else None)
             except LoaderError as exc:
                 failed = FileOutcome(path, key, DocumentOutcome.FAILED, exc.reason)
                 waiting.append((path, key, failed))

@@ -451,10 +451,47 @@ def test_iter_files_follows_file_links_but_not_directory_links(tmp_path):
     os.mkfifo(tmp_path / "docs/pipe.md")
     keys = [key for _, key in iter_files(tmp_path / "docs")]
     # What cannot be read is listed, for loading to report: never silently left out.
-    assert keys == ["dangling.md", "link.md", "pipe.md", "real.md"]
+    assert keys == ["dangling.md", "link.md", "loop", "pipe.md", "real.md"]
     for name in ("dangling.md", "pipe.md"):
         with pytest.raises(LoaderError, match=rf"^{name}: not a readable file$"):
             load_file(tmp_path / "docs" / name)
+
+
+def test_a_link_out_of_the_tree_is_refused_when_loaded_under_its_root(tmp_path):
+    _tree(tmp_path, ["docs/real.md", "secret.md"])
+    docs = tmp_path / "docs"
+    (docs / "inside.md").symlink_to(docs / "real.md")
+    (docs / "outside.md").symlink_to(tmp_path / "secret.md")
+    (docs / "passwd.md").symlink_to("/etc/passwd")
+    (docs / "dotdot.md").symlink_to("../secret.md")
+    (docs / "gone.md").symlink_to(tmp_path / "nowhere.md")
+    assert load_file(docs / "inside.md", root=docs).body.strip()
+    for name in ("outside.md", "passwd.md", "dotdot.md", "gone.md"):
+        with pytest.raises(LoaderError, match=rf"^{name}: links outside the directory"):
+            load_file(docs / name, root=docs)
+    # Named directly, or found under the directory the link points into, it is read.
+    assert load_file(docs / "outside.md").body.strip()
+    assert load_file(docs / "outside.md", root=tmp_path).body.strip()
+
+
+def test_a_root_reached_through_a_link_keeps_its_own_links(tmp_path):
+    _tree(tmp_path, ["real/a.md"])
+    (tmp_path / "real/b.md").symlink_to("a.md")
+    (tmp_path / "alias").symlink_to(tmp_path / "real", target_is_directory=True)
+    found = discover([tmp_path / "alias"])
+    assert [(item.source_key, item.root) for item in found] == [
+        ("a.md", tmp_path / "alias"),
+        ("b.md", tmp_path / "alias"),
+    ]
+    for item in found:
+        assert load_file(item.path, source_key=item.source_key, root=item.root).body
+
+
+def test_a_file_name_that_is_not_utf8_says_so(tmp_path):
+    path = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.md"))
+    path.write_text("# Cafe\n\nMenu.", encoding="utf-8")
+    with pytest.raises(LoaderError, match=r"its name is not UTF-8 text: rename the file$"):
+        load_file(path)
 
 
 def test_iter_files_of_a_missing_path_raises(tmp_path):

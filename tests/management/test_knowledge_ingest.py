@@ -180,7 +180,7 @@ def test_unreadable_entries_of_a_directory_are_reported_not_skipped(kb, tmp_path
     root = tmp_path / "batch"
     root.mkdir()
     (root / "good.md").write_text("# Good\n\nFine text.", encoding="utf-8")
-    (root / "gone.md").symlink_to(tmp_path / "moved-away.md")
+    (root / "gone.md").symlink_to(root / "moved-away.md")
     os.mkfifo(root / "pipe.md")  # never opened: reading it would wait for a writer
     out, _, failed = run_failing("knowledge_ingest", "handbook", str(root), "--json")
     summary = json.loads(out)
@@ -188,6 +188,27 @@ def test_unreadable_entries_of_a_directory_are_reported_not_skipped(kb, tmp_path
     assert str(failed) == "2 of 3 files failed."
     errors = {Path(f["path"]).name: f["error"] for f in summary["failures"]}
     assert errors == {"gone.md": "not a readable file", "pipe.md": "not a readable file"}
+
+
+def test_links_out_of_the_directory_fail_and_are_not_stored(kb, tmp_path):
+    """A link in the tree must not carry /etc/passwd or the process's environment into a
+    searchable knowledge base."""
+    root = tmp_path / "batch"
+    root.mkdir()
+    (root / "good.md").write_text("# Good\n\nFine text.", encoding="utf-8")
+    (tmp_path / "secret.txt").write_text("SECRET_KEY=hunter2", encoding="utf-8")
+    (root / "secret.txt").symlink_to(tmp_path / "secret.txt")
+    (root / "passwd.txt").symlink_to("/etc/passwd")
+    (root / "linked").symlink_to(tmp_path, target_is_directory=True)
+    out, _, failed = run_failing("knowledge_ingest", "handbook", str(root), "--json")
+    summary = json.loads(out)
+    assert (summary["new"], summary["failed"]) == (1, 2)
+    assert str(failed) == "2 of 3 files failed."
+    errors = {Path(f["path"]).name: f["error"] for f in summary["failures"]}
+    reason = "links outside the directory being ingested (not read)"
+    assert errors == {"secret.txt": reason, "passwd.txt": reason}
+    assert [Path(p).name for p in summary["unsupported_files"]] == ["linked"]
+    assert list(Document.objects.values_list("source_key", flat=True)) == ["good.md"]
 
 
 def test_a_file_name_that_is_not_utf8_is_shown_escaped_in_json(kb, tmp_path):
@@ -203,6 +224,7 @@ def test_a_file_name_that_is_not_utf8_is_shown_escaped_in_json(kb, tmp_path):
     summary = json.loads(out.getvalue())
     assert summary["new"] == 1
     assert [f["path"] for f in summary["failures"]] == [str(tmp_path) + "/caf\\xe9.md"]
+    assert summary["failures"][0]["error"] == "its name is not UTF-8 text: rename the file"
 
 
 def test_a_knowledge_base_whose_embedder_is_gone_stops_before_any_work(kb, tmp_path):

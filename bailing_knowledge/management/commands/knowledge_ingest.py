@@ -97,7 +97,7 @@ class Command(KnowledgeCommand):
         unsupported = [shown(item.path) for item in found if not item.supported]
         todo = [item for item in found if item.supported]
         progress = not options["no_progress"] and not options["json"] and sys.stderr.isatty()
-        files = ((item.path, item.source_key) for item in todo)
+        files = ((item.path, item.source_key, item.root) for item in todo)
         for done, result in enumerate(ingest_paths(kb, files), 1):
             if result.outcome == DocumentOutcome.FAILED:
                 failures.append({"path": shown(result.path), "error": shown(result.error)})
