@@ -13,6 +13,8 @@ from dataclasses import dataclass
 __all__ = [
     "Heading",
     "PieceTooShort",
+    "code_block",
+    "escape_line_start",
     "find_headings",
     "front_matter_end",
     "last_heading",
@@ -78,6 +80,29 @@ def plain_heading_text(markdown: str) -> str:
     for pattern, replacement in _INLINE_MARKUP:
         text = pattern.sub(replacement, text)
     return _SPACES.sub(" ", text).strip()
+
+
+# What a line of plain text may start with that `_STRUCTURE` would read as structure.
+_STRUCTURE_START = re.compile(r"(?:#{1,6}(?=[ \t]|$)|[=-]+[ \t]*$|`{3,}|~{3,})")
+_BACKTICKS = re.compile(r"`{3,}")
+
+
+def escape_line_start(line: str) -> str:
+    """`line`, a line of plain text, with a backslash before a start that Markdown would read
+    as a heading, a setext underline or a code fence ("# 1 in sales", "---"), so that text
+    converted from another format does not start sections of its own."""
+    stripped = line.lstrip(" ")
+    if len(line) - len(stripped) > 3 or not _STRUCTURE_START.match(stripped):
+        return line
+    return f"{line[: len(line) - len(stripped)]}\\{stripped}"
+
+
+def code_block(text: str) -> str:
+    """`text` as a fenced code block, its fence longer than any run of backticks inside, so
+    that none of its lines ("# a shell comment") is read as a heading."""
+    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=2)
+    fence = "`" * (longest + 1)
+    return f"{fence}\n{text}\n{fence}"
 
 
 def front_matter_end(body: str, *, whole: bool = True) -> int:

@@ -170,3 +170,43 @@ def test_front_matter_end_of_a_beginning():
         with pytest.raises(PieceTooShort):
             front_matter_end(beginning, whole=False)
         front_matter_end(beginning)  # the whole document: no doubt left
+
+
+# Text shaped to hit the structure rules: marks, spaces and words, in lines.
+structured_text = st.lists(st.text(alphabet="#=-`~ \tax", max_size=12), min_size=1, max_size=6).map(
+    "\n".join
+)
+
+
+@given(text=structured_text)
+def test_a_code_block_holds_no_heading_whatever_its_text(text):
+    body = f"Before\n\n{markdown.code_block(text)}\n\n# After"
+    assert [h.text for h in find_headings(body)] == ["After"]
+
+
+@given(lines=st.lists(st.text(alphabet="#=-`~ \tax", max_size=12), min_size=1, max_size=6))
+def test_escaped_lines_start_no_structure(lines):
+    """Escaped line by line, converted text neither starts a heading nor opens a fence that
+    would hide the real heading after it."""
+    body = "\n".join(markdown.escape_line_start(line) for line in lines if "\n" not in line)
+    assert [h.text for h in find_headings(f"{body}\n\n# After")] == ["After"]
+
+
+@pytest.mark.parametrize(
+    ("line", "escaped"),
+    [
+        ("# of seats", "\\# of seats"),
+        ("  ### deep", "  \\### deep"),
+        ("---", "\\---"),
+        ("===  ", "\\===  "),
+        ("```python", "\\```python"),
+        ("~~~", "\\~~~"),
+        ("#hashtag", "#hashtag"),
+        ("####### seven", "####### seven"),
+        ("    # indented code", "    # indented code"),
+        ("-- dash", "-- dash"),
+        ("plain", "plain"),
+    ],
+)
+def test_escape_line_start(line, escaped):
+    assert markdown.escape_line_start(line) == escaped

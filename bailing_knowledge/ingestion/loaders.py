@@ -38,7 +38,7 @@ from typing import Any
 
 import regex
 
-from ..markdown import find_headings, front_matter_end
+from ..markdown import code_block, escape_line_start, find_headings, front_matter_end
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
@@ -330,6 +330,7 @@ class _HTMLText(HTMLParser):
         self.out: list[str] = []
         self.breaks = 0  # newlines owed before the next line: 1 = new line, 2 = paragraph
         self.line: list[str] = []
+        self.filled = False  # whether `line` holds visible text (or a cell separator)
         self.prefix = ""  # list marker or heading marks for the line being collected
         self.skip: list[str] = []
         self.title_parts: list[str] | None = None
@@ -343,13 +344,21 @@ class _HTMLText(HTMLParser):
     def _flush(self) -> None:
         text = "".join(self.line)
         self.line = []
-        # Preformatted text keeps its lines and indentation; other text flows.
+        self.filled = False
+        # Preformatted text keeps its lines and indentation, fenced so that none of them
+        # ("# a comment") reads as a heading; other text flows, and is escaped where it
+        # would ("# 1 in sales").
         text = text.strip("\n").rstrip() if self.pre else self._ASCII_SPACE.sub(" ", text).strip()
         if not text or text.isspace():
             return
         if self.out:
             self.out.append("\n" * max(self.breaks, 1))
-        self.out.append(self.prefix + text)
+        if self.pre:
+            # A list marker cannot share the fence's line: it would no longer be a fence.
+            marker = self.prefix.rstrip()
+            self.out.append(f"{marker}\n{code_block(text)}" if marker else code_block(text))
+        else:
+            self.out.append(self.prefix + (text if self.prefix else escape_line_start(text)))
         self.prefix = ""
         self.breaks = 0
 
@@ -402,7 +411,7 @@ class _HTMLText(HTMLParser):
                 self.lists[-1] = number + 1
             self.prefix = "  " * (depth - 1) + marker
         elif tag in ("td", "th"):
-            if "".join(self.line).strip():
+            if self.filled:
                 self.line.append(" | ")
         elif tag in self.LINES:
             self._break(1)
@@ -446,6 +455,7 @@ class _HTMLText(HTMLParser):
             self.title_parts.append(data)
         elif not self.skip:
             self.line.append(data)
+            self.filled = self.filled or bool(data.strip())
 
 
 def html_to_text(html: str) -> tuple[str, str]:

@@ -29,6 +29,7 @@ from bailing_knowledge.ingestion.loaders import (
     supported_suffixes,
     unregister_loader,
 )
+from bailing_knowledge.markdown import find_headings
 
 FILES = Path(__file__).resolve().parent / "files"
 
@@ -229,13 +230,38 @@ def test_html_keeps_visible_text_with_structure():
         "  - if you still have it\n\n"
         "Region | Days\n"
         "EU | 30\n\n"
-        "line one\n"
-        "  indented line\n\n"
+        "```\nline one\n"
+        "  indented line\n```\n\n"
         "Caf\u00e9 <b> \U0001f600\n"
         "Second line"
     )
     for hidden in ("secret", "font-family", "Enable JavaScript", "hidden template", "nope"):
         assert hidden not in doc.body
+
+
+def test_html_text_does_not_start_sections_of_its_own():
+    """Only h1-h6 become headings: a shell comment in `pre`, or a paragraph that happens to
+    start like Markdown structure, stays text."""
+    html = (
+        "<h2>Setup</h2><pre># install it\nmake\n---\n```inner```</pre>"
+        "<p># of seats</p><p>Total<br>---</p><p>~~~ wave</p>"
+        "<ul><li><pre># listed</pre></li></ul>"
+    )
+    _, body = html_to_text(html)
+    assert [h.text for h in find_headings(body)] == ["Setup"]
+    assert body == (
+        "## Setup\n\n"
+        "````\n# install it\nmake\n---\n```inner```\n````\n\n"
+        "\\# of seats\n\n"
+        "Total\n\\---\n\n"
+        "\\~~~ wave\n\n"
+        "-\n```\n# listed\n```"
+    )
+
+
+def test_html_table_cells_are_joined_once_they_hold_text():
+    cells = "<td> </td><td>a</td><td></td>" + "<td>b</td>" * 3
+    assert html_to_text(f"<table><tr>{cells}</tr></table>")[1] == "a | | b | b | b"
 
 
 def test_html_title_falls_back_to_the_first_h1_then_the_stem(tmp_path):
