@@ -12,9 +12,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..ingestion.documents import DocumentInput, DocumentOutcome, upsert_documents
-from ..ingestion.loaders import LoaderError, load_file
-from ..models import KnowledgeBase
+from ..ingestion.documents import (
+    DocumentInput,
+    DocumentOutcome,
+    delete_document,
+    upsert_documents,
+)
+from ..ingestion.loaders import Discovered, LoaderError, load_file
+from ..models import Document, KnowledgeBase
 from .catalog import get_knowledge_base
 
 
@@ -66,3 +71,18 @@ def ingest_paths(
         path, key, _ = waiting.popleft()
         yield FileOutcome(path, key, result.outcome, result.error, result.chunks)
     yield from known()
+
+
+def prune_documents(kb: KnowledgeBase | str, found: Iterable[Discovered]) -> list[str]:
+    """Delete the documents of `kb` that none of `found` keys; returns their keys, sorted.
+
+    What `knowledge_ingest --prune` runs after a pass over a tree, so that a file deleted or
+    renamed there stops being searchable. Every file found counts, one that failed to load
+    or has no loader included: it still exists. Each document goes in a transaction of its
+    own, with its `document_deleted` signal, as `delete_document` does.
+    """
+    kb = get_knowledge_base(kb)
+    keep = {item.source_key for item in found}
+    stored = Document.objects.filter(knowledge_base=kb).values_list("source_key", flat=True)
+    gone = sorted(key for key in stored.iterator() if key not in keep)
+    return [key for key in gone if delete_document(kb, key)]

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
+from bailing_knowledge.ingestion.loaders import LoadedDocument, register_loader, unregister_loader
 from bailing_knowledge.models import Document, KnowledgeBase
 from tests import django_connection_url
 
@@ -277,3 +279,88 @@ def test_two_files_with_one_source_key_stop_the_command(kb, tmp_path):
         "one/readme.md",
         "two/readme.md",
     ]
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+
+
+def test_prune_deletes_the_documents_of_files_gone_from_the_tree(kb, tmp_path):
+    root = tmp_path / "tree"
+    _write(root, {"a.md": "# A\n\nAlpha.", "b.md": "# B\n\nBeta.", "old/c.md": "# C\n\nGamma."})
+    run("knowledge_ingest", "handbook", str(root), "--no-progress")
+    (root / "old/c.md").rename(root / "c.md")  # renamed
+    (root / "b.md").unlink()  # deleted
+    (root / "a.md").write_bytes(b"\xff\xfe broken")  # still there, fails to load: kept
+    (root / "notes.docx").write_bytes(b"PK")  # unsupported: does not matter
+    out, _, failed = run_failing("knowledge_ingest", "handbook", str(root), "--prune", "--json")
+    summary = json.loads(out)
+    assert failed.returncode == 1  # a.md failed
+    assert (summary["new"], summary["failed"], summary["pruned"]) == (1, 1, 2)
+    assert summary["pruned_documents"] == ["b.md", "old/c.md"]
+    assert sorted(Document.objects.values_list("source_key", flat=True)) == ["a.md", "c.md"]
+    # With nothing gone, nothing is pruned.
+    (root / "a.md").write_text("# A\n\nAlpha again.", encoding="utf-8")
+    text = run("knowledge_ingest", "handbook", str(root), "--prune", "--no-progress")
+    assert "pruned:" not in text
+    assert Document.objects.count() == 2
+
+
+def test_prune_refuses_files_and_an_empty_tree(kb, tmp_path):
+    _write(tmp_path, {"docs/a.md": "# A\n\nAlpha."})
+    run("knowledge_ingest", "handbook", str(tmp_path / "docs"), "--no-progress")
+    with pytest.raises(CommandError, match=r"^--prune takes directories only \(.*a\.md is"):
+        run("knowledge_ingest", "handbook", str(tmp_path / "docs/a.md"), "--prune")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CommandError, match=r"^No files under .*empty: --prune would delete"):
+        run("knowledge_ingest", "handbook", str(tmp_path / "empty"), "--prune")
+    assert Document.objects.count() == 1
+
+
+def test_a_place_named_twice_is_ingested_once(kb, tmp_path):
+    _write(tmp_path, {"docs/a.md": "# A\n\nAlpha.", "docs/sub/b.md": "# B\n\nBeta."})
+    docs = tmp_path / "docs"
+    summary = run_json("knowledge_ingest", "handbook", str(docs), str(docs / "sub/../../docs"))
+    assert (summary["new"], summary["unchanged"]) == (2, 0)
+
+
+@pytest.mark.parametrize("inner", ["sub", "sub/b.md", "a.md"])
+def test_a_path_inside_a_directory_also_named_stops_the_command(kb, tmp_path, inner):
+    """`docs/sub/b.md` would be both `sub/b.md` and `b.md`: two documents of one file."""
+    _write(tmp_path, {"docs/a.md": "# A\n\nAlpha.", "docs/sub/b.md": "# B\n\nBeta."})
+    docs = tmp_path / "docs"
+    with pytest.raises(CommandError, match=r"^.*docs/[a-z/.]+ is inside .*docs, also named"):
+        run("knowledge_ingest", "handbook", str(docs / inner), str(docs))
+    assert not Document.objects.exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_ends_the_pass_with_a_summary(kb, tmp_path, signum):
+    """Ctrl-C, or SIGTERM from a supervisor, after some files: those stay stored, the rest
+    waits for the next run, and the summary says so."""
+    seen: list[str] = []
+
+    def stopping_loader(path: Path) -> LoadedDocument:
+        seen.append(path.name)
+        if len(seen) == 20:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signum)
+        return LoadedDocument(title=path.stem, body=f"Text of {path.stem}.")
+
+    register_loader(".stop", stopping_loader)
+    try:
+        for number in range(30):
+            (tmp_path / f"{number:02}.stop").write_text("x", encoding="utf-8")
+        out, _, failed = run_failing("knowledge_ingest", "handbook", str(tmp_path), "--json")
+    finally:
+        unregister_loader(".stop")
+    summary = json.loads(out)
+    assert failed.returncode == 128 + signum
+    assert str(failed).startswith("Interrupted after ")
+    assert summary["interrupted"] is True
+    stored = Document.objects.count()
+    assert summary["new"] == stored and 0 < stored < 20
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -13,9 +13,13 @@ embedding overlapping the writes.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +36,7 @@ from bailing_knowledge.ingestion.loaders import (
 from bailing_knowledge.management.base import KnowledgeCommand
 from bailing_knowledge.retrieval.embedders import get_embedder
 from bailing_knowledge.services import get_knowledge_base
-from bailing_knowledge.services.ingest import ingest_paths
+from bailing_knowledge.services.ingest import ingest_paths, prune_documents
 
 OUTCOME_LABELS = {"created": "new", "updated": "updated", "unchanged": "unchanged"}
 # The exit status when any file failed; an unknown knowledge base or path exits with 1 too,
@@ -51,6 +55,12 @@ class Command(KnowledgeCommand):
             type=Path,
             metavar="PATH",
             help="Files or directories.",
+        )
+        parser.add_argument(
+            "--prune",
+            action="store_true",
+            help="Afterwards, delete the knowledge base's documents that no file found here "
+            "keys (deleted or renamed files). Directories only.",
         )
         parser.add_argument("--json", action="store_true", help="Print a JSON summary.")
         parser.add_argument(
@@ -77,9 +87,22 @@ class Command(KnowledgeCommand):
         if no_loader:
             suffixes = ", ".join(sorted(supported_suffixes()))
             raise CommandError(f"No loader for {', '.join(no_loader)} (supported: {suffixes}).")
+        paths = _distinct(options["paths"])
+        inside = _nested(paths)
+        if inside:
+            raise CommandError(
+                f"{shown(inside[0])} is inside {shown(inside[1])}, also named: its files would "
+                "be stored twice, under two source keys. Name only the outer directory."
+            )
+        if options["prune"] and not all(path.is_dir() for path in paths):
+            named = ", ".join(shown(path) for path in paths if not path.is_dir())
+            raise CommandError(
+                f"--prune takes directories only ({named} is a file): every document not "
+                "found under the paths named is deleted."
+            )
         started = time.monotonic()
         try:
-            found = discover(options["paths"])
+            found = discover(paths)
         except OSError as exc:  # a directory that cannot be listed: its files would be missed
             where = shown(exc.filename) if exc.filename is not None else "a directory"
             raise CommandError(
@@ -92,21 +115,35 @@ class Command(KnowledgeCommand):
                 f"{shown(clash[1])} and {shown(clash[2])}. Keys are relative to the "
                 "directory named; name a common parent directory instead."
             )
+        if options["prune"] and not found:
+            raise CommandError(
+                f"No files under {', '.join(shown(path) for path in paths)}: --prune would "
+                "delete every document of the knowledge base (an empty or unmounted "
+                "directory?). Nothing was changed."
+            )
         counts: Counter[str] = Counter()
         failures: list[dict[str, str]] = []
         unsupported = [shown(item.path) for item in found if not item.supported]
         todo = [item for item in found if item.supported]
         progress = not options["no_progress"] and not options["json"] and sys.stderr.isatty()
         files = ((item.path, item.source_key, item.root) for item in todo)
-        for done, result in enumerate(ingest_paths(kb, files), 1):
-            if result.outcome == DocumentOutcome.FAILED:
-                failures.append({"path": shown(result.path), "error": shown(result.error)})
-            counts[OUTCOME_LABELS.get(result.outcome, result.outcome)] += 1
-            counts["chunks"] += result.chunks
-            if progress:
-                self._progress(done, len(todo), shown(result.name))
+        done = 0
+        with _stopped_by_signal() as stopped:
+            try:
+                for done, result in enumerate(ingest_paths(kb, files), 1):
+                    if result.outcome == DocumentOutcome.FAILED:
+                        failures.append({"path": shown(result.path), "error": shown(result.error)})
+                    counts[OUTCOME_LABELS.get(result.outcome, result.outcome)] += 1
+                    counts["chunks"] += result.chunks
+                    if progress:
+                        self._progress(done, len(todo), shown(result.name))
+            except KeyboardInterrupt:
+                if not stopped:  # Ctrl-C, not the SIGTERM handler
+                    stopped.append(signal.SIGINT)
         if progress:
             sys.stderr.write("\n")
+        # Pruning only after a whole pass: an interrupted one has not seen every file.
+        pruned = [] if stopped or not options["prune"] else prune_documents(kb, found)
         summary = {
             "knowledge_base": kb.slug,
             "new": counts["new"],
@@ -117,13 +154,22 @@ class Command(KnowledgeCommand):
             "unsupported": len(unsupported),
             "chunks": counts["chunks"],
             "seconds": round(time.monotonic() - started, 3),
+            "pruned": len(pruned),
+            "interrupted": bool(stopped),
             "failures": failures,
             "unsupported_files": unsupported,
+            "pruned_documents": [shown(key) for key in pruned],
         }
         if options["json"]:
             self.stdout.write(json.dumps(summary, indent=2, ensure_ascii=False))
         else:
             self._report(summary)
+        if stopped:
+            raise CommandError(
+                f"Interrupted after {done} of {len(todo)} files; what was stored is kept. Run "
+                "the command again to finish: unchanged files are skipped.",
+                returncode=128 + stopped[-1],
+            )
         if failures:
             raise CommandError(
                 f"{len(failures)} of {len(todo)} files failed.", returncode=FAILED_EXIT_STATUS
@@ -143,10 +189,56 @@ class Command(KnowledgeCommand):
         )
         if summary["queued"]:
             self.stdout.write(f"{summary['queued']} queued for the task runner.")
+        for key in summary["pruned_documents"]:
+            self.stdout.write(f"pruned: {key}")
         for failure in summary["failures"]:
             self.stderr.write(f"failed: {failure['path']}: {failure['error']}")
         for path in summary["unsupported_files"]:
             self.stderr.write(f"unsupported: {path}")
+
+
+@contextmanager
+def _stopped_by_signal() -> Iterator[list[int]]:
+    """Within: SIGTERM stops the pass as Ctrl-C does (KeyboardInterrupt, so the transaction
+    under way rolls back and the summary is still printed). The list yielded gets the
+    signal's number when one arrived."""
+    stopped: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped  # signal handlers can only be set from the main thread
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        stopped.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield stopped
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _distinct(paths: list[Path]) -> list[Path]:
+    """`paths` without repeats of one place (`docs` and `docs/../docs`): the first stays."""
+    seen: set[Path] = set()
+    distinct = []
+    for path in paths:
+        resolved = path.resolve()
+        if resolved not in seen:
+            seen.add(resolved)
+            distinct.append(path)
+    return distinct
+
+
+def _nested(paths: list[Path]) -> tuple[Path, Path] | None:
+    """The first path named that lies inside a directory also named, with that directory."""
+    directories = [(path, path.resolve()) for path in paths if path.is_dir()]
+    for path in paths:
+        resolved = path.resolve()
+        for directory, place in directories:
+            if resolved != place and resolved.is_relative_to(place):
+                return path, directory
+    return None
 
 
 def _shared_keys(found: list[Discovered]) -> tuple[str, Path, Path] | None:
