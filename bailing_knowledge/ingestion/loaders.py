@@ -595,13 +595,11 @@ def discover(paths: Iterable[Path]) -> list[Discovered]:
     because it is almost always a typo that would otherwise ingest nothing, and so is a
     directory that cannot be listed (its OSError).
     """
-    return [
-        Discovered(
-            path=path,
-            source_key=key,
-            supported=get_loader(path) is not None,
-            root=None if Path(root).is_file() else Path(root),
+    found = []
+    for named in map(Path, paths):
+        root = None if named.is_file() else named
+        found.extend(
+            Discovered(path, key, get_loader(path) is not None, root)
+            for path, key in iter_files(named)
         )
-        for root in paths
-        for path, key in iter_files(Path(root))
-    ]
+    return found

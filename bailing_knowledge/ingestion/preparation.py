@@ -142,7 +142,6 @@ def prepare_documents(
         title_terms = document_terms(document.title, language)
         for ordinal, (span, text) in enumerate(zip(cut, pieces, strict=True)):
             vector = vectors[position]
-            vectors[position] = b""  # the row holds it now
             position += 1
             lexical = encode_terms(chunk_terms(text, title_terms, language))
             rows.append(
