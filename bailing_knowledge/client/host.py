@@ -173,7 +173,12 @@ class _SessionBase:
     def _resolve(self, turn: Turn | None) -> Turn:
         resolved = turn or self.guard.current
         if resolved is None:
-            raise RuntimeError("Start a turn (start_turn) before calling the knowledge tools.")
+            # Not StaleTurn: with no turn named there is no turn to call late, only a call
+            # made outside every turn (before the first, or after `end_turn`).
+            raise RuntimeError(
+                "No turn is current: start one with start_turn(), and pass its turn (turn=) "
+                "so that a call arriving after the turn ended raises StaleTurn instead."
+            )
         self.guard.check(resolved)
         return resolved
 

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 from .. import constants
 from .errors import KnowledgeError
+from .host import AsyncHostSession, HostSession, Turn
 from .models import ReadChain, ReadPage, SearchResult
 
 __all__ = [
@@ -373,23 +374,34 @@ def _parse(name: str, arguments: Mapping[str, Any] | str | None) -> _Call:
 
 
 def execute_tool_call(
-    target: SyncKnowledge, name: str, arguments: Mapping[str, Any] | str | None
+    target: SyncKnowledge,
+    name: str,
+    arguments: Mapping[str, Any] | str | None,
+    *,
+    turn: Turn | None = None,
 ) -> dict[str, Any]:
     """Run one tool call of the model and return its JSON-serialisable result.
 
-    `target` is a `KnowledgeClient`, or a `HostSession` to run under the current turn (then
-    a call whose turn was superseded raises `StaleTurn`: drop it, do not answer the model).
+    `target` is a `KnowledgeClient`, or a `HostSession` to run under a turn: `turn`, the
+    turn the model's call belongs to, or else the current one. A call of a turn that was
+    superseded or ended raises `StaleTurn` (drop it, do not answer the model); pass `turn`,
+    since without it a late call would run in whichever turn is current. `turn` with a
+    client, which has no turns to check it against, is a `TypeError`.
     `arguments` is the object or its JSON text. Protocol errors, invalid arguments and
     unknown tools come back as `{"error": code, "reason": text}`.
     """
+    options = _turn_option(target, turn, HostSession)
     try:
         call = _parse(name, arguments)
         if call.name == SEARCH_TOOL:
-            return search_result(target.search(call.query, limit=call.limit))
+            return search_result(target.search(call.query, limit=call.limit, **options))
         if call.follow:
-            chain = target.read_chain(call.ref, cursor=call.cursor, max_bytes=_chain_bytes(call))
+            chain = target.read_chain(
+                call.ref, cursor=call.cursor, max_bytes=_chain_bytes(call), **options
+            )
             return chain_result(chain)
-        return page_result(target.read(call.ref, cursor=call.cursor, max_bytes=call.max_bytes))
+        page = target.read(call.ref, cursor=call.cursor, max_bytes=call.max_bytes, **options)
+        return page_result(page)
     except _BadCall as bad:
         return bad.result
     except KnowledgeError as exc:
@@ -397,24 +409,38 @@ def execute_tool_call(
 
 
 async def aexecute_tool_call(
-    target: AsyncKnowledge, name: str, arguments: Mapping[str, Any] | str | None
+    target: AsyncKnowledge,
+    name: str,
+    arguments: Mapping[str, Any] | str | None,
+    *,
+    turn: Turn | None = None,
 ) -> dict[str, Any]:
     """`execute_tool_call` for an `AsyncKnowledgeClient` or an `AsyncHostSession`."""
+    options = _turn_option(target, turn, AsyncHostSession)
     try:
         call = _parse(name, arguments)
         if call.name == SEARCH_TOOL:
-            return search_result(await target.search(call.query, limit=call.limit))
+            return search_result(await target.search(call.query, limit=call.limit, **options))
         if call.follow:
             chain = await target.read_chain(
-                call.ref, cursor=call.cursor, max_bytes=_chain_bytes(call)
+                call.ref, cursor=call.cursor, max_bytes=_chain_bytes(call), **options
             )
             return chain_result(chain)
-        page = await target.read(call.ref, cursor=call.cursor, max_bytes=call.max_bytes)
+        page = await target.read(call.ref, cursor=call.cursor, max_bytes=call.max_bytes, **options)
         return page_result(page)
     except _BadCall as bad:
         return bad.result
     except KnowledgeError as exc:
         return exc.to_dict()
+
+
+def _turn_option(target: object, turn: Turn | None, session: type) -> dict[str, Any]:
+    """The `turn=` keyword for the target's calls; only a host session knows turns."""
+    if turn is None:
+        return {}
+    if not isinstance(target, session):
+        raise TypeError(f"turn= needs a {session.__name__}; a client has no turns.")
+    return {"turn": turn}
 
 
 def _chain_bytes(call: _Call) -> int:

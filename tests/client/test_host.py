@@ -17,7 +17,7 @@ from bailing_knowledge.client import (
     TurnGuard,
     Unavailable,
 )
-from bailing_knowledge.client.tools import execute_tool_call
+from bailing_knowledge.client.tools import aexecute_tool_call, execute_tool_call
 from bailing_knowledge.models import Run
 
 from .conftest import Answer, as_json, hint, search_body
@@ -182,3 +182,58 @@ def test_a_turn_carries_its_run(hub):
         assert chain.run_id == run.run_id and chain.content.startswith("# Refund policy")
         tool = execute_tool_call(session, "knowledge_read", {"ref": result.hints[0].ref})
         assert tool["content"] == chain.content and tool["trust"] == "reference_only"
+
+
+def test_a_tool_call_of_a_superseded_turn_is_dropped(scripted):
+    """A late tool call runs in its own turn, not in whichever turn is current now."""
+    scripted.answer("POST", "search", Answer(200, as_json(search_body(hint()))))
+    session = HostSession(KnowledgeClient(scripted.url, "orders", "bka_x"))
+    turn_1 = session.start_turn("t1")
+    turn_2 = session.start_turn("t2")
+    calls = [
+        ("knowledge_search", {"query": "refund"}),
+        ("knowledge_read", {"ref": "ref-1"}),
+        ("knowledge_read", {"ref": "ref-1", "follow": False}),
+    ]
+    for name, arguments in calls:
+        with pytest.raises(StaleTurn) as caught:
+            execute_tool_call(session, name, arguments, turn=turn_1)
+        assert (caught.value.turn_id, caught.value.current_turn_id) == ("t1", "t2")
+    assert scripted.requests == []
+
+    found = execute_tool_call(session, "knowledge_search", {"query": "refund"}, turn=turn_2)
+    assert found["hints"][0]["ref"] == "ref-1"
+
+    # After end_turn, the ended turn's calls are late; a call naming no turn is a host bug.
+    session.end_turn()
+    with pytest.raises(StaleTurn):
+        execute_tool_call(session, "knowledge_search", {"query": "refund"}, turn=turn_2)
+    with pytest.raises(RuntimeError, match="No turn is current"):
+        execute_tool_call(session, "knowledge_search", {"query": "refund"})
+    assert len(scripted.requests) == 1
+
+
+def test_async_tool_calls_carry_their_turn(scripted):
+    scripted.answer("POST", "search", Answer(200, as_json(search_body(hint()))))
+
+    async def scenario():
+        async with AsyncKnowledgeClient(scripted.url, "orders", "bka_x") as client:
+            session = AsyncHostSession(client)
+            turn_1 = session.start_turn("t1")
+            session.start_turn("t2")
+            with pytest.raises(StaleTurn):
+                await aexecute_tool_call(session, "knowledge_search", {"query": "x"}, turn=turn_1)
+            with pytest.raises(TypeError, match="AsyncHostSession"):
+                await aexecute_tool_call(client, "knowledge_search", {"query": "x"}, turn=turn_1)
+            return await aexecute_tool_call(session, "knowledge_search", {"query": "x"})
+
+    assert asyncio.run(scenario())["hints"][0]["ref"] == "ref-1"
+    assert len(scripted.requests) == 1
+
+
+def test_a_turn_needs_a_session(scripted):
+    with KnowledgeClient(scripted.url, "orders", "bka_x") as client:
+        turn = TurnGuard().start()
+        with pytest.raises(TypeError, match="HostSession"):
+            execute_tool_call(client, "knowledge_search", {"query": "x"}, turn=turn)
+    assert scripted.requests == []
