@@ -11,8 +11,11 @@ budgets and the error codes of the Python tools:
   is a ref and `fetch` returns the whole readable text.
 
 Configuration comes from the environment (`BAILING_HUB_URL`, `BAILING_ACCESS_TOKEN`,
-`BAILING_ROUTE`) so that the token never appears in a process list. A protocol error becomes
-an MCP tool error (`isError`) whose text is `{"error": code, "reason": text}`.
+`BAILING_ROUTE`) so that the token never appears in a process list. `BAILING_RUN_ID` binds
+the server to one run of on-demand delivery: every search and read carries it, so the
+run-bound refs of that run's hints can be read (without it, only refs issued outside any run
+can). A protocol error becomes an MCP tool error (`isError`) whose text is
+`{"error": code, "reason": text}`.
 
 The server keeps no cache between calls: turns belong to the MCP host, and with nothing
 cached there is nothing a later turn could be served stale.
@@ -40,6 +43,7 @@ except ImportError as exc:  # pragma: no cover (depends on the installed extras)
 from .. import __version__, constants
 from ._http import DEFAULT_API_PREFIX, DEFAULT_TIMEOUT, AsyncKnowledgeClient, _Endpoint
 from .errors import KnowledgeError
+from .models import ReadChain, ReadPage, SearchResult
 from .tools import (
     READ_DESCRIPTION,
     READ_TOOL,
@@ -57,6 +61,7 @@ ENV_HUB_URL = "BAILING_HUB_URL"
 ENV_ACCESS_TOKEN = "BAILING_ACCESS_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 ENV_ROUTE = "BAILING_ROUTE"
 ENV_API_PREFIX = "BAILING_API_PREFIX"
+ENV_RUN_ID = "BAILING_RUN_ID"
 
 INSTRUCTIONS = (
     "Knowledge of the business system for this workspace. Call knowledge_search first; "
@@ -91,14 +96,18 @@ class ServerConfig:
     route: str
     api_prefix: str = DEFAULT_API_PREFIX
     timeout: float = DEFAULT_TIMEOUT
+    run_id: str | None = None
 
     def __repr__(self) -> str:
-        return f"ServerConfig(hub_url={self.hub_url!r}, route={self.route!r})"
+        return (
+            f"ServerConfig(hub_url={self.hub_url!r}, route={self.route!r}, run_id={self.run_id!r})"
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ServerConfig":
         """Read `BAILING_HUB_URL`, `BAILING_ACCESS_TOKEN`, `BAILING_ROUTE` (and optionally
-        `BAILING_API_PREFIX`); raise `ConfigError` naming whatever is missing."""
+        `BAILING_API_PREFIX` and `BAILING_RUN_ID`); raise `ConfigError` naming whatever is
+        missing."""
         environ = os.environ if environ is None else environ
         values = {name: environ.get(name, "").strip() for name in _REQUIRED}
         missing = [name for name, value in values.items() if not value]
@@ -109,10 +118,37 @@ class ServerConfig:
             access_token=values[ENV_ACCESS_TOKEN],
             route=values[ENV_ROUTE],
             api_prefix=environ.get(ENV_API_PREFIX, "").strip() or DEFAULT_API_PREFIX,
+            run_id=environ.get(ENV_RUN_ID, "").strip() or None,
         )
 
 
 _REQUIRED = (ENV_HUB_URL, ENV_ACCESS_TOKEN, ENV_ROUTE)
+
+
+class _RunKnowledge:
+    """The client's search and reads with the configured run on each, as the executor
+    needs them: a ref bound to a run is only accepted with that run's id."""
+
+    def __init__(self, client: AsyncKnowledgeClient, run_id: str | None) -> None:
+        self._client = client
+        self._run_id = run_id
+
+    async def search(
+        self, query: str, *, limit: int = constants.SEARCH_MAX_RESULTS
+    ) -> SearchResult:
+        return await self._client.search(query, limit=limit, run_id=self._run_id)
+
+    async def read(
+        self, ref: str, *, cursor: str | None = None, max_bytes: int | None = None
+    ) -> ReadPage:
+        return await self._client.read(ref, cursor=cursor, run_id=self._run_id, max_bytes=max_bytes)
+
+    async def read_chain(
+        self, ref: str, *, cursor: str | None = None, max_bytes: int | None = None
+    ) -> ReadChain:
+        return await self._client.read_chain(
+            ref, cursor=cursor, run_id=self._run_id, max_bytes=max_bytes
+        )
 
 
 class _ClientHolder:
@@ -122,6 +158,10 @@ class _ClientHolder:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self._client: AsyncKnowledgeClient | None = None
+
+    def knowledge(self) -> _RunKnowledge:
+        """The client under the configured run, for every tool."""
+        return _RunKnowledge(self.get(), self.config.run_id)
 
     def get(self) -> AsyncKnowledgeClient:
         if self._client is None:
@@ -201,7 +241,9 @@ def create_server(config: ServerConfig, *, tools: str = "all") -> MCPServer:
             ] = constants.SEARCH_MAX_RESULTS,
         ) -> CallToolResult:
             arguments = {"query": query, "limit": limit}
-            return _tool_result(await aexecute_tool_call(holder.get(), SEARCH_TOOL, arguments))
+            return _tool_result(
+                await aexecute_tool_call(holder.knowledge(), SEARCH_TOOL, arguments)
+            )
 
         @server.tool(
             name=READ_TOOL,
@@ -234,7 +276,7 @@ def create_server(config: ServerConfig, *, tools: str = "all") -> MCPServer:
             ] = None,
         ) -> CallToolResult:
             arguments = {"ref": ref, "cursor": cursor, "follow": follow, "max_bytes": max_bytes}
-            return _tool_result(await aexecute_tool_call(holder.get(), READ_TOOL, arguments))
+            return _tool_result(await aexecute_tool_call(holder.knowledge(), READ_TOOL, arguments))
 
     if tools in ("all", "connector"):
 
@@ -248,7 +290,7 @@ def create_server(config: ServerConfig, *, tools: str = "all") -> MCPServer:
             query: Annotated[str, Field(min_length=1, max_length=constants.SEARCH_MAX_QUERY_CHARS)],
         ) -> CallToolResult:
             try:
-                result = await holder.get().search(query)
+                result = await holder.knowledge().search(query)
             except KnowledgeError as exc:
                 return _tool_result(exc.to_dict())
             return _tool_result(connector_search_result(result))
@@ -263,7 +305,7 @@ def create_server(config: ServerConfig, *, tools: str = "all") -> MCPServer:
             id: Annotated[str, Field(min_length=1, description="A search result's id.")],
         ) -> CallToolResult:
             try:
-                chain = await holder.get().read_chain(id, max_bytes=constants.READ_MAX_BYTES)
+                chain = await holder.knowledge().read_chain(id, max_bytes=constants.READ_MAX_BYTES)
             except KnowledgeError as exc:
                 return _tool_result(exc.to_dict())
             return _tool_result(connector_fetch_result(chain))
@@ -285,7 +327,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="bailing-knowledge-mcp",
         description=(
             "MCP server for a Bailing knowledge route. Configure it with the environment "
-            f"variables {ENV_HUB_URL}, {ENV_ACCESS_TOKEN} and {ENV_ROUTE}."
+            f"variables {ENV_HUB_URL}, {ENV_ACCESS_TOKEN} and {ENV_ROUTE} (optionally "
+            f"{ENV_API_PREFIX}, and {ENV_RUN_ID} to read the refs of one run)."
         ),
     )
     parser.add_argument(

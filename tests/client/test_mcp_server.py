@@ -21,7 +21,9 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from bailing_knowledge.client import KnowledgeClient, ReferenceInvalid
 from bailing_knowledge.client.mcp_server import ServerConfig, main
+from bailing_knowledge.models import Run
 
 from .conftest import MANUAL, REFUNDS
 
@@ -29,20 +31,21 @@ ROOT = Path(__file__).resolve().parents[2]
 live = pytest.mark.django_db(transaction=True)
 
 
-def _env(hub, token: str | None = None) -> dict[str, str]:
+def _env(hub, token: str | None = None, **extra: str) -> dict[str, str]:
     return {
         "BAILING_HUB_URL": hub.url,
         "BAILING_ROUTE": hub.route,
         "BAILING_ACCESS_TOKEN": token or hub.token,
         "PYTHONPATH": str(ROOT),
+        **extra,
     }
 
 
-def _stdio(hub, token: str | None = None, *args: str) -> StdioServerParameters:
+def _stdio(hub, token: str | None = None, *args: str, **env: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "bailing_knowledge.client", *args],
-        env=_env(hub, token),
+        env=_env(hub, token, **env),
         cwd=str(ROOT),
     )
 
@@ -212,3 +215,45 @@ def test_config_never_shows_the_token():
     )
     assert "bka_s" not in repr(config)
     assert config.api_prefix == "/agent-api/v1"
+
+
+@live
+def test_a_run_id_reads_the_refs_of_its_run(hub):
+    """On-demand delivery hands the model run-bound refs: they need the run's id."""
+    run = Run.objects.create(
+        session=hub.issued.session,
+        client=hub.issued.session.client,
+        route=hub.route_obj,
+        client_conversation_id="c",
+        client_turn_id="t",
+        user_message_id="m",
+        request_hash="h",
+        state=Run.State.CONTEXT_READY,
+    )
+    with KnowledgeClient(hub.url, hub.route, hub.token) as client:
+        ref = client.search("refund", run_id=run.run_id).hints[0].ref
+
+    async def scenario(params):
+        async with _session(params) as session:
+            read = await _call(session, "knowledge_read", {"ref": ref})
+            fetched = await _call(session, "fetch", {"id": ref})
+            found = await _call(session, "knowledge_search", {"query": "refund"})
+            return read, fetched, found
+
+    (error, read), (fetch_error, fetched), (_, found) = asyncio.run(
+        scenario(_stdio(hub, BAILING_RUN_ID=run.run_id))
+    )
+    assert not error and not fetch_error
+    assert read["content"] == REFUNDS == fetched["text"]
+    with KnowledgeClient(hub.url, hub.route, hub.token) as client, pytest.raises(ReferenceInvalid):
+        client.read(found["hints"][0]["ref"])  # its own search's refs are bound to the run too
+
+    (error, read), (fetch_error, fetched), _ = asyncio.run(scenario(_stdio(hub)))
+    assert error and read["error"] == "knowledge_reference_invalid"
+    assert fetch_error and fetched["error"] == "knowledge_reference_invalid"
+
+
+def test_config_reads_the_run_id():
+    environ = {"BAILING_HUB_URL": "http://hub", "BAILING_ROUTE": "o", "BAILING_ACCESS_TOKEN": "t"}
+    assert ServerConfig.from_env(environ).run_id is None
+    assert ServerConfig.from_env({**environ, "BAILING_RUN_ID": " run_1 "}).run_id == "run_1"
