@@ -238,7 +238,7 @@ class KnowledgeClient:
         The content of a chain is at most `read_chain_max_bytes` (128 KiB); a larger document
         ends with `truncated` and `budget_exhausted` both true.
         """
-        chain = ChainBuilder(ref)
+        chain = ChainBuilder(ref, cursor)
         while True:
             page = self.read(ref, cursor=cursor, run_id=run_id, max_bytes=max_bytes)
             cursor = chain.add(page)
@@ -340,7 +340,7 @@ class AsyncKnowledgeClient:
         max_bytes: int | None = None,
     ) -> ReadChain:
         """Every page from the start (or from `cursor`) until `next_cursor` is null."""
-        chain = ChainBuilder(ref)
+        chain = ChainBuilder(ref, cursor)
         while True:
             page = await self.read(ref, cursor=cursor, run_id=run_id, max_bytes=max_bytes)
             cursor = chain.add(page)

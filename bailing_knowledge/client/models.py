@@ -17,6 +17,7 @@ from .. import constants
 from .errors import ProtocolError
 
 __all__ = [
+    "MAX_CHAIN_PAGES",
     "Capabilities",
     "DeliveryMode",
     "Hint",
@@ -34,6 +35,12 @@ DeliveryMode = Literal["inline", "on_demand"]
 SearchStatus = Literal["ok", "disabled", "partial", "unavailable"]
 
 _SEARCH_STATUSES = ("ok", "disabled", "partial", "unavailable")
+
+# The most pages one read chain may take. A page answer may be as small as READ_MIN_BYTES, and
+# after its envelope (title, ref, cursor) such a page still carries hundreds of bytes of
+# content, so a chain within its byte budget stays far below this. A hub that goes on past it
+# (a byte per page under ever new cursors) would otherwise cost ~130,000 requests.
+MAX_CHAIN_PAGES = constants.READ_CHAIN_MAX_BYTES // (constants.READ_MIN_BYTES // 32)
 
 
 @dataclass(frozen=True)
@@ -300,14 +307,16 @@ class ChainBuilder:
     """Accumulates the pages of one chain and checks the server's promises on the way.
 
     Shared by the sync and async clients so both enforce the same rules: a page never
-    changes revision, every page with a `next_cursor` makes progress (no endless loop), and
-    the chain's content stays within `read_chain_max_bytes`.
+    changes revision, every page with a `next_cursor` makes progress, no cursor comes twice
+    and the chain ends within `MAX_CHAIN_PAGES` (no endless loop), and the chain's content
+    stays within `read_chain_max_bytes`.
     """
 
-    def __init__(self, ref: str) -> None:
+    def __init__(self, ref: str, cursor: str | None = None) -> None:
         self.ref = ref
         self.pages: list[ReadPage] = []
         self.bytes = 0
+        self._cursors = set() if cursor is None else {cursor}
 
     def add(self, page: ReadPage) -> str | None:
         """Record `page`; the cursor to fetch next, or None when the chain is over."""
@@ -318,9 +327,19 @@ class ChainBuilder:
         budget = min(page.read_chain_max_bytes, constants.READ_CHAIN_MAX_BYTES)
         if self.bytes > budget:
             raise ProtocolError(reason="A read chain exceeded its byte budget.", status=200)
-        if page.next_cursor is not None and not page.content:
+        cursor = page.next_cursor
+        if cursor is None:
+            return None
+        if not page.content:
             raise ProtocolError(reason="A read page made no progress.", status=200)
-        return page.next_cursor
+        if cursor in self._cursors:
+            raise ProtocolError(reason="A read chain repeated a cursor.", status=200)
+        if len(self.pages) >= MAX_CHAIN_PAGES:
+            raise ProtocolError(
+                reason=f"A read chain went on past {MAX_CHAIN_PAGES} pages.", status=200
+            )
+        self._cursors.add(cursor)
+        return cursor
 
     def build(self) -> ReadChain:
         first, last = self.pages[0], self.pages[-1]

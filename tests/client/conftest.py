@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -85,10 +86,11 @@ class Answer:
 
 
 class ScriptedHub:
-    """A real HTTP server answering `(method, path)` with a scripted `Answer`."""
+    """A real HTTP server answering `(method, path)` with a scripted `Answer`, or with what a
+    scripted function of the request body returns."""
 
     def __init__(self) -> None:
-        self.answers: dict[tuple[str, str], Answer] = {}
+        self.answers: dict[tuple[str, str], Answer | Callable[[bytes], Answer]] = {}
         self.requests: list[tuple[str, str, bytes, dict[str, str]]] = []
         self.received = threading.Event()
         self.release = threading.Event()
@@ -97,6 +99,7 @@ class ScriptedHub:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else every answer waits for a delayed ACK
 
             def _answer(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -105,6 +108,8 @@ class ScriptedHub:
                 answer = hub.answers.get((method, self.path)) or Answer(
                     404, b"<html><body>Not Found</body></html>", {"Content-Type": "text/html"}
                 )
+                if callable(answer):
+                    answer = answer(body)
                 hub.received.set()
                 if answer.delay:
                     hub.release.wait(answer.delay)
@@ -136,7 +141,13 @@ class ScriptedHub:
     def path(self, action: str, route: str = ROUTE) -> str:
         return f"/agent-api/v1/workspaces/{route}/knowledge/{action}"
 
-    def answer(self, method: str, action: str, answer: Answer, route: str = ROUTE) -> None:
+    def answer(
+        self,
+        method: str,
+        action: str,
+        answer: Answer | Callable[[bytes], Answer],
+        route: str = ROUTE,
+    ) -> None:
         self.answers[(method, self.path(action, route))] = answer
 
     def close(self) -> None:
@@ -190,6 +201,26 @@ def hint(ref: str = "ref-1", title: str = "Doc", summary: str = "text") -> dict:
         "score": 0.5,
         "expires_at": "2030-01-01T00:00:00Z",
     }
+
+
+def read_body(ref: str = "ref-1", content: str = "text", **changes) -> dict:
+    body = {
+        "schema_version": constants.SCHEMA_READ,
+        "route": ROUTE,
+        "knowledge_scope_revision": "ksr_00000000000000000000000000000000",
+        "ref": ref,
+        "revision": 1,
+        "title": "Doc",
+        "content": content,
+        "trust": "reference_only",
+        "next_cursor": None,
+        "truncated": False,
+        "budget_exhausted": False,
+        "total_content_bytes": len(content.encode()),
+        "read_chain_max_bytes": constants.READ_CHAIN_MAX_BYTES,
+    }
+    body.update(changes)
+    return body
 
 
 def as_json(body: object) -> bytes:

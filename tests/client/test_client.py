@@ -13,6 +13,7 @@ from bailing_knowledge.client import (
     InvalidRequest,
     KnowledgeChanged,
     KnowledgeClient,
+    ProtocolError,
     ReferenceInvalid,
     ReferenceRejected,
     RouteNotAllowed,
@@ -24,7 +25,7 @@ from bailing_knowledge.client import (
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Document, Run
 
-from .conftest import MANUAL, REFUNDS, manual_body
+from .conftest import MANUAL, REFUNDS, Answer, as_json, manual_body, read_body
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -211,3 +212,35 @@ def test_async_client(hub, manual):
     assert capabilities.on_demand
     assert result.hints[0].title == "Forklift manual"
     assert chain.content == MANUAL and len(chain.pages) > 1
+
+
+def test_a_chain_that_repeats_a_cursor_is_refused(scripted):
+    """A hub sending the same cursor forever would be followed for ~130,000 requests."""
+    page = read_body(content="x", next_cursor="again", truncated=True)
+    scripted.answer("POST", "read", Answer(200, as_json(page)))
+    with KnowledgeClient(scripted.url, "orders", "bka_x") as client:
+        with pytest.raises(ProtocolError, match="repeated a cursor"):
+            client.read_chain("ref-1")
+        assert len(scripted.requests) == 2
+        # The cursor a chain starts at counts as seen.
+        with pytest.raises(ProtocolError, match="repeated a cursor"):
+            client.read_chain("ref-1", cursor="again")
+        assert len(scripted.requests) == 3
+
+
+def test_a_chain_ends_within_its_page_bound(scripted):
+    served = []
+
+    def next_page(body: bytes) -> Answer:
+        served.append(body)
+        return Answer(200, as_json(read_body(content="x", next_cursor=f"c{len(served)}")))
+
+    scripted.answer("POST", "read", next_page)
+
+    async def scenario():
+        async with AsyncKnowledgeClient(scripted.url, "orders", "bka_x") as client:
+            await client.read_chain("ref-1")
+
+    with pytest.raises(ProtocolError, match="past 1024 pages"):
+        asyncio.run(scenario())
+    assert len(served) == 1024
