@@ -142,8 +142,10 @@ class ReadPage:
 class ReadChain:
     """A whole read chain: every page, their content joined, and the last page's flags.
 
-    `truncated` means the document has text the chain did not reach (only possible when
-    the body is larger than the chain budget, then `budget_exhausted` is also true).
+    `truncated` means the document has text after the chain's end (only possible when the
+    body is larger than the chain budget, then `budget_exhausted` is also true).
+    `start_cursor` is the cursor the chain started at, or None for a chain from its first
+    page: a chain from a cursor lacks the text before it, whatever `truncated` says.
     """
 
     ref: str
@@ -159,11 +161,13 @@ class ReadChain:
     total_content_bytes: int
     read_chain_max_bytes: int
     pages: tuple[ReadPage, ...] = field(repr=False)
+    start_cursor: str | None = None
 
     @property
     def complete(self) -> bool:
-        """True when `content` is the whole document body."""
-        return not self.truncated
+        """True when `content` is the whole document body: read from the first page (not
+        from a cursor) to the end."""
+        return self.start_cursor is None and not self.truncated
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -314,6 +318,7 @@ class ChainBuilder:
 
     def __init__(self, ref: str, cursor: str | None = None) -> None:
         self.ref = ref
+        self.start_cursor = cursor
         self.pages: list[ReadPage] = []
         self.bytes = 0
         self._cursors = set() if cursor is None else {cursor}
@@ -357,4 +362,5 @@ class ChainBuilder:
             total_content_bytes=last.total_content_bytes,
             read_chain_max_bytes=last.read_chain_max_bytes,
             pages=tuple(self.pages),
+            start_cursor=self.start_cursor,
         )

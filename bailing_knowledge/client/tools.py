@@ -65,7 +65,8 @@ SEARCH_DESCRIPTION = (
 READ_DESCRIPTION = (
     "Read a document found by knowledge_search, by the hint's `ref` (valid for 5 minutes). "
     "By default (follow=true) returns the document's text in one result, up to 128 KiB; "
-    "`truncated` is true when the document is longer than that. With follow=false returns "
+    "`truncated` is true when the document is longer than that, and `from_cursor` is true "
+    "when the text starts at the cursor given, not at the start. With follow=false returns "
     "one page and a `next_cursor`; call again with the same ref and that cursor for the next "
     "page (null: nothing more). If the result is an error such as "
     "knowledge_reference_expired or knowledge_changed, search again. " + _TRUST_NOTE
@@ -205,7 +206,10 @@ def page_result(page: ReadPage) -> dict[str, Any]:
 
 
 def chain_result(chain: ReadChain) -> dict[str, Any]:
-    """What the model sees of a whole chain: the joined content (≤ 131072 bytes)."""
+    """What the model sees of a whole chain: the joined content (≤ 131072 bytes).
+
+    `from_cursor` tells the model that `content` starts at the cursor it gave, so that a
+    false `truncated` is not read as "this is the whole document"."""
     return {
         "ref": chain.ref,
         "title": chain.title,
@@ -216,6 +220,7 @@ def chain_result(chain: ReadChain) -> dict[str, Any]:
         "budget_exhausted": chain.budget_exhausted,
         "total_content_bytes": chain.total_content_bytes,
         "pages": len(chain.pages),
+        "from_cursor": chain.start_cursor is not None,
     }
 
 

@@ -85,9 +85,11 @@ def test_read_chain_follows_every_cursor(client, manual):
     assert all(page.trust == "reference_only" for page in chain.pages)
     assert chain.pages[-1].next_cursor is None
 
-    # Continuing from a page's cursor reads the rest of the chain only.
+    # Continuing from a page's cursor reads the rest of the chain only: never "complete".
     rest = client.read_chain(ref, cursor=first.next_cursor, max_bytes=4096)
     assert first.content + rest.content == MANUAL
+    assert not rest.truncated and not rest.complete
+    assert (rest.start_cursor, chain.start_cursor) == (first.next_cursor, None)
 
 
 def test_a_chain_stops_at_its_budget(client, hub):

@@ -90,6 +90,7 @@ def test_search_and_read_tools(hub, manual):
             client, "knowledge_read", {"ref": manual_ref, "cursor": page["next_cursor"]}
         )
         assert page["content"] + rest["content"] == MANUAL
+        assert (rest["from_cursor"], rest["truncated"]) == (True, False)
 
         bad = execute_tool_call(client, "knowledge_read", {"ref": "AAAA"})
         assert (
