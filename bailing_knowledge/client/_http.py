@@ -19,7 +19,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from .. import __version__, constants
-from .errors import ProtocolError, Unreachable, decode_json, error_from_response
+from .errors import InvalidRequest, ProtocolError, Unreachable, decode_json, error_from_response
 from .models import (
     Capabilities,
     ChainBuilder,
@@ -36,6 +36,8 @@ __all__ = ["DEFAULT_API_PREFIX", "AsyncKnowledgeClient", "KnowledgeClient", "Raw
 DEFAULT_API_PREFIX = "/agent-api/v1"
 DEFAULT_TIMEOUT = 30.0
 _ROUTE = re.compile(r"[-a-zA-Z0-9_]+")  # with fullmatch: `$` would let a final newline in
+# Visible ASCII: a header value can carry nothing else (the token is sent as one).
+VISIBLE_ASCII = re.compile(r"[!-~]+")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,13 @@ class _Endpoint:
             raise ValueError("route must be a route key (letters, digits, '-' and '_').")
         if not access_token:
             raise ValueError("access_token is required.")
+        if not VISIBLE_ASCII.fullmatch(access_token):
+            # Else every request fails inside httpx with UnicodeEncodeError, or as a
+            # transport error that reads like a hub that cannot be reached.
+            raise ValueError(
+                "access_token must be visible ASCII (no spaces, control or non-ASCII "
+                "characters): check that it was copied whole."
+            )
         if not base_url.startswith(("http://", "https://")):
             raise ValueError("base_url must be an http:// or https:// URL.")
         self.base_url = base_url.rstrip("/")
@@ -74,6 +83,10 @@ class _Endpoint:
                 f"base_url is the business system's URL without the API prefix: drop "
                 f"{self.api_prefix!r} from it."
             )
+        try:
+            httpx.URL(self.url("capabilities"))
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"base_url is not a valid URL: {exc}") from None
         self._token = access_token
         # A stable, non-reversible name for the current authorization: caches key on it.
         self.authorization_key = hashlib.sha256(access_token.encode("utf-8")).hexdigest()
@@ -91,6 +104,7 @@ class _Endpoint:
 
     @staticmethod
     def search_body(query: str, limit: int, run_id: str | None) -> dict[str, Any]:
+        _check_sendable(query=query, run_id=run_id)
         body: dict[str, Any] = {"query": query, "limit": limit}
         if run_id is not None:
             body["run_id"] = run_id
@@ -100,6 +114,7 @@ class _Endpoint:
     def read_body(
         ref: str, cursor: str | None, run_id: str | None, max_bytes: int | None
     ) -> dict[str, Any]:
+        _check_sendable(ref=ref, cursor=cursor, run_id=run_id)
         body: dict[str, Any] = {"ref": ref}
         if cursor is not None:
             body["cursor"] = cursor
@@ -128,6 +143,26 @@ class _Endpoint:
     def repr(self, cls: str) -> str:
         # Never the token.
         return f"<{cls} {self.base_url} route={self.route!r}>"
+
+
+def _check_sendable(**texts: str | None) -> None:
+    """Refuse text with no UTF-8 form (a lone surrogate, half of an emoji cut) before any
+    request: encoding the body would raise `UnicodeEncodeError` from inside httpx."""
+    for name, text in texts.items():
+        if text is None:
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest(
+                reason=f"{name!r} contains invalid Unicode (a lone surrogate); nothing was sent.",
+                status=0,
+                fields={name: ["Contains a lone surrogate, which has no UTF-8 form."]},
+            ) from None
+
+
+def _undecodable() -> ProtocolError:
+    return ProtocolError(reason="The answer's Content-Encoding could not be decoded.")
 
 
 def _unreachable(exc: httpx.TransportError) -> Unreachable:
@@ -195,6 +230,8 @@ class KnowledgeClient:
             )
         except httpx.TransportError as exc:
             raise _unreachable(exc) from None
+        except httpx.DecodingError:
+            raise _undecodable() from None
 
     def capabilities_response(self) -> RawResponse:
         """The capabilities answer as received, whatever its status (for negotiation)."""
@@ -300,6 +337,8 @@ class AsyncKnowledgeClient:
             )
         except httpx.TransportError as exc:
             raise _unreachable(exc) from None
+        except httpx.DecodingError:
+            raise _undecodable() from None
 
     async def capabilities_response(self) -> RawResponse:
         """The capabilities answer as received, whatever its status (for negotiation)."""

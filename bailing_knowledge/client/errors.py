@@ -9,6 +9,7 @@ plain Python so that the client imports without Django.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -275,8 +276,35 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 def decode_json(content: bytes) -> Any:
-    """The JSON value of a body, or raise `ValueError` for anything that is not JSON."""
-    return json.loads(content.decode("utf-8"))
+    """The JSON value of a body, or raise `ValueError` for anything that is not strict JSON.
+
+    Python's parser also takes `NaN`, `Infinity`, numbers beyond a float (1e400 becomes
+    infinity) and lone surrogates (`"\\ud800"`), and raises `RecursionError` on deep nesting;
+    a hub's answer with any of them would break later, as tool results that are not JSON or
+    as text with no UTF-8 form, so it is refused here.
+    """
+    text = content.decode("utf-8")
+    try:
+        value = json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if "\\ud" in text or "\\uD" in text:  # a surrogate can only come from an escape
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("JSON text with a lone surrogate") from None
+    return value
+
+
+def _not_a_number(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of a float's range")
+    return value
 
 
 def error_from_response(

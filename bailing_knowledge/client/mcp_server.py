@@ -41,7 +41,13 @@ except ImportError as exc:  # pragma: no cover (depends on the installed extras)
     ) from exc
 
 from .. import __version__, constants
-from ._http import DEFAULT_API_PREFIX, DEFAULT_TIMEOUT, AsyncKnowledgeClient, _Endpoint
+from ._http import (
+    DEFAULT_API_PREFIX,
+    DEFAULT_TIMEOUT,
+    VISIBLE_ASCII,
+    AsyncKnowledgeClient,
+    _Endpoint,
+)
 from .errors import KnowledgeError
 from .models import ReadChain, ReadPage, SearchResult
 from .tools import (
@@ -113,12 +119,20 @@ class ServerConfig:
         missing = [name for name, value in values.items() if not value]
         if missing:
             raise ConfigError(f"Set {', '.join(missing)} (see `make demo`).")
+        run_id = environ.get(ENV_RUN_ID, "").strip() or None
+        # Checked now: a malformed token would fail every tool call, not the start.
+        for name, value in ((ENV_ACCESS_TOKEN, values[ENV_ACCESS_TOKEN]), (ENV_RUN_ID, run_id)):
+            if value is not None and not VISIBLE_ASCII.fullmatch(value):
+                raise ConfigError(
+                    f"{name} must be visible ASCII (no spaces, control or non-ASCII "
+                    "characters): check that it was copied whole."
+                )
         return cls(
             hub_url=values[ENV_HUB_URL],
             access_token=values[ENV_ACCESS_TOKEN],
             route=values[ENV_ROUTE],
             api_prefix=environ.get(ENV_API_PREFIX, "").strip() or DEFAULT_API_PREFIX,
-            run_id=environ.get(ENV_RUN_ID, "").strip() or None,
+            run_id=run_id,
         )
 
 
@@ -195,8 +209,10 @@ def create_server(config: ServerConfig, *, tools: str = "all") -> MCPServer:
     `connector` (search/fetch) or `all` (both pairs)."""
     if tools not in TOOL_SETS:
         raise ValueError(f"tools must be one of {', '.join(TOOL_SETS)}.")
-    # Fail now, not at the first tool call, on a malformed URL, route or token.
+    # Fail now, not at the first tool call, on a malformed URL, route, token or run id.
     _Endpoint(config.hub_url, config.route, config.access_token, api_prefix=config.api_prefix)
+    if config.run_id is not None and not VISIBLE_ASCII.fullmatch(config.run_id):
+        raise ValueError("run_id must be visible ASCII (a run id, run_...).")
     holder = _ClientHolder(config)
 
     @asynccontextmanager

@@ -252,12 +252,16 @@ def parse_capabilities(body: Any, *, route: str | None = None) -> Capabilities:
 def parse_hint(item: Any) -> Hint:
     if not isinstance(item, Mapping):
         raise ProtocolError(reason="A hint is not a JSON object.", status=200)
+    try:
+        score = float(_require(item, "score", (int, float)))
+    except OverflowError:  # an integer beyond a float's range
+        raise ProtocolError(reason="Field 'score' is out of range.", status=200) from None
     return Hint(
         ref=_require(item, "ref", str),
         title=_require(item, "title", str),
         summary=_require(item, "summary", str),
         revision=_require(item, "revision", int),
-        score=float(_require(item, "score", (int, float))),
+        score=score,
         expires_at=_require(item, "expires_at", str),
     )
 

@@ -22,10 +22,20 @@ from bailing_knowledge.client import (
     Unauthorized,
     Unreachable,
 )
+from bailing_knowledge.client.tools import execute_tool_call
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Document, Run
 
-from .conftest import MANUAL, REFUNDS, Answer, as_json, manual_body, read_body
+from .conftest import (
+    MANUAL,
+    REFUNDS,
+    Answer,
+    as_json,
+    hint,
+    manual_body,
+    read_body,
+    search_body,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -246,3 +256,87 @@ def test_a_chain_ends_within_its_page_bound(scripted):
     with pytest.raises(ProtocolError, match="past 1024 pages"):
         asyncio.run(scenario())
     assert len(served) == 1024
+
+
+def test_an_undecodable_answer_is_a_protocol_error(scripted):
+    """A hub sending a bad Content-Encoding raised httpx.DecodingError out of the client."""
+    scripted.answer("GET", "capabilities", Answer(200, b"not gzip", {"Content-Encoding": "gzip"}))
+
+    async def scenario():
+        async with AsyncKnowledgeClient(scripted.url, "orders", "bka_x") as client:
+            await client.capabilities()
+
+    client = KnowledgeClient(scripted.url, "orders", "bka_x")
+    with client, pytest.raises(ProtocolError, match="Content-Encoding"):
+        client.capabilities()
+    with pytest.raises(ProtocolError, match="Content-Encoding"):
+        asyncio.run(scenario())
+
+
+def test_text_with_no_utf8_form_is_refused_before_sending(scripted):
+    """A lone surrogate raised UnicodeEncodeError from inside httpx."""
+    with KnowledgeClient(scripted.url, "orders", "bka_x") as client:
+        calls = [
+            ("query", lambda: client.search("refund \ud83d")),
+            ("run_id", lambda: client.search("refund", run_id="run_\udfff")),
+            ("ref", lambda: client.read("AAAA\ud800")),
+            ("cursor", lambda: client.read("AAAA", cursor="\ud800")),
+            ("cursor", lambda: client.read_chain("AAAA", cursor="\ud800")),
+        ]
+        for name, call in calls:
+            with pytest.raises(InvalidRequest) as caught:
+                call()
+            assert (caught.value.code, caught.value.status) == ("invalid_request", 0)
+            assert list(caught.value.fields) == [name]
+    assert scripted.requests == []
+
+
+@pytest.mark.parametrize(
+    "token", ["bka_é", "bka_ x", "bka_x\n", "bka_\x00", "bka_\ud800", "bka_\u200b"]
+)
+def test_a_token_that_is_not_visible_ascii_is_refused(token):
+    with pytest.raises(ValueError, match="visible ASCII"):
+        KnowledgeClient("http://hub", "orders", token)
+    with pytest.raises(ValueError, match="visible ASCII"):
+        AsyncKnowledgeClient("http://hub", "orders", token)
+
+
+def test_an_invalid_hub_url_is_refused_at_construction():
+    with pytest.raises(ValueError, match="not a valid URL"):
+        KnowledgeClient("http://hub\ud800", "orders", "bka_x")
+
+
+@pytest.mark.parametrize(
+    ("field", "raw"),
+    [
+        ("score", b"NaN"),
+        ("score", b"-Infinity"),
+        ("score", b"1e400"),
+        ("score", b"1" + b"0" * 400),
+        ("title", b'"\\ud800"'),
+        ("title", b'"a\\udfffb"'),
+    ],
+)
+def test_answers_that_are_not_strict_json_are_protocol_errors(scripted, field, raw):
+    """NaN and infinities would make tool results that are not JSON; a lone surrogate has no
+    UTF-8 form; a score beyond a float raised OverflowError."""
+    body = as_json(search_body({**hint(), field: "@@"})).replace(b'"@@"', raw)
+    scripted.answer("POST", "search", Answer(200, body))
+    with KnowledgeClient(scripted.url, "orders", "bka_x") as client:
+        with pytest.raises(ProtocolError):
+            client.search("refund")
+        result = execute_tool_call(client, "knowledge_search", {"query": "x"})
+    assert result["error"] == "protocol_error"
+
+
+def test_a_surrogate_pair_is_text(scripted):
+    body = as_json(search_body({**hint(), "title": "@@"})).replace(b'"@@"', b'"\\ud83d\\ude9c"')
+    scripted.answer("POST", "search", Answer(200, body))
+    with KnowledgeClient(scripted.url, "orders", "bka_x") as client:
+        assert client.search("refund").hints[0].title == "\U0001f69c"
+
+
+def test_deeply_nested_answers_are_protocol_errors(scripted):
+    scripted.answer("GET", "capabilities", Answer(200, b"[" * 100_000 + b"]" * 100_000))
+    with KnowledgeClient(scripted.url, "orders", "bka_x") as client, pytest.raises(ProtocolError):
+        client.capabilities()

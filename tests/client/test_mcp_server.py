@@ -22,7 +22,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from bailing_knowledge.client import KnowledgeClient, ReferenceInvalid
-from bailing_knowledge.client.mcp_server import ServerConfig, main
+from bailing_knowledge.client.mcp_server import ServerConfig, create_server, main
 from bailing_knowledge.models import Run
 
 from .conftest import MANUAL, REFUNDS
@@ -257,3 +257,32 @@ def test_config_reads_the_run_id():
     environ = {"BAILING_HUB_URL": "http://hub", "BAILING_ROUTE": "o", "BAILING_ACCESS_TOKEN": "t"}
     assert ServerConfig.from_env(environ).run_id is None
     assert ServerConfig.from_env({**environ, "BAILING_RUN_ID": " run_1 "}).run_id == "run_1"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("BAILING_ACCESS_TOKEN", "bka_é"),
+        ("BAILING_ACCESS_TOKEN", "bka_a b"),
+        ("BAILING_ACCESS_TOKEN", "bka_\x7f"),
+        ("BAILING_RUN_ID", "run_é"),
+    ],
+)
+def test_a_malformed_token_or_run_id_stops_the_start(monkeypatch, capsys, name, value):
+    """Else the server started, and every tool call failed outside the protocol's errors."""
+    monkeypatch.setenv("BAILING_HUB_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("BAILING_ROUTE", "orders")
+    monkeypatch.setenv("BAILING_ACCESS_TOKEN", "bka_x")
+    monkeypatch.delenv("BAILING_RUN_ID", raising=False)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as caught:
+        main([])
+    assert caught.value.code == 2
+    assert f"{name} must be visible ASCII" in capsys.readouterr().err
+
+
+def test_create_server_checks_a_config_made_in_code():
+    with pytest.raises(ValueError, match="visible ASCII"):
+        create_server(ServerConfig("http://hub", "bka_é", "orders"))
+    with pytest.raises(ValueError, match="run_id"):
+        create_server(ServerConfig("http://hub", "bka_x", "orders", run_id="run 1"))
