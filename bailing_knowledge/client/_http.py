@@ -9,13 +9,19 @@ host the redirect names.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
-from collections.abc import Mapping
+import ssl
+import time
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote, urlsplit
 
+import anyio
+import httpcore
 import httpx
 
 from .. import __version__, constants
@@ -59,6 +65,7 @@ class _Endpoint:
         access_token: str,
         *,
         api_prefix: str = DEFAULT_API_PREFIX,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
     ) -> None:
         if not _ROUTE.fullmatch(route or ""):
             raise ValueError("route must be a route key (letters, digits, '-' and '_').")
@@ -88,6 +95,8 @@ class _Endpoint:
         except httpx.InvalidURL as exc:
             raise ValueError(f"base_url is not a valid URL: {exc}") from None
         self._token = access_token
+        self.timeout = _timeout(timeout)
+        self.total = _total(self.timeout)
         # A stable, non-reversible name for the current authorization: caches key on it.
         self.authorization_key = hashlib.sha256(access_token.encode("utf-8")).hexdigest()
 
@@ -165,13 +174,119 @@ def _undecodable() -> ProtocolError:
     return ProtocolError(reason="The answer's Content-Encoding could not be decoded.")
 
 
+# When the request in flight must be over (a `time.monotonic()` value), for the sync
+# client's streams; a context variable, so that each thread sees its own request's.
+_REQUEST_END: ContextVar[float | None] = ContextVar("bailing_knowledge_request_end", default=None)
+
+
+def _left(timeout: float | None, expired: type[Exception]) -> float | None:
+    """`timeout` cut to what is left of the request's deadline; `expired` when none is."""
+    end = _REQUEST_END.get()
+    if end is None:
+        return timeout
+    left = end - time.monotonic()
+    if left <= 0:
+        raise expired("The request's deadline has passed.")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every read and write ends by the deadline of the request using it.
+
+    httpx bounds each socket operation on its own, so a hub that drips its answer a byte at
+    a time never trips the read timeout and keeps a call alive as long as it likes."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's sync backend, with `_DeadlineStream` connections."""
+
+    def __init__(self) -> None:
+        self._backend = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _left(timeout, httpcore.ConnectTimeout)
+        stream = self._backend.connect_tcp(host, port, timeout, local_address, socket_options)
+        return _DeadlineStream(stream)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:  # pragma: no cover (the client takes no socket path)
+        timeout = _left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._backend.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:  # pragma: no cover (retries are off)
+        self._backend.sleep(seconds)
+
+
+def _sync_transport() -> httpx.HTTPTransport:
+    """httpx's transport, with connections that keep the deadline. httpx takes no network
+    backend, so the pool it builds is swapped for one with the same defaults that has ours;
+    should a later httpx build it otherwise, the transport keeps per-operation timeouts."""
+    transport = httpx.HTTPTransport()
+    if isinstance(getattr(transport, "_pool", None), httpcore.ConnectionPool):
+        transport._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(),
+            max_connections=httpx.Limits().max_connections,
+            max_keepalive_connections=httpx.Limits().max_keepalive_connections,
+            keepalive_expiry=httpx.Limits().keepalive_expiry,
+            network_backend=_DeadlineBackend(),
+        )
+    return transport
+
+
 def _unreachable(exc: httpx.TransportError) -> Unreachable:
     kind = type(exc).__name__
     return Unreachable(reason=f"The knowledge hub could not be reached ({kind}).")
 
 
+def _late(total: float) -> Unreachable:
+    return Unreachable(reason=f"The knowledge hub did not answer within {total:g} seconds.")
+
+
 def _timeout(timeout: float | httpx.Timeout) -> httpx.Timeout:
-    return timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+    if isinstance(timeout, httpx.Timeout):
+        return timeout
+    if isinstance(timeout, int | float) and not (math.isfinite(timeout) and timeout > 0):
+        # Infinity would be no deadline at all, and 0 or less every request failing.
+        raise ValueError("timeout must be a positive, finite number of seconds.")
+    return httpx.Timeout(timeout)
+
+
+def _total(timeout: httpx.Timeout) -> float | None:
+    """A request's whole deadline: the longest of the timeouts given (None: none given)."""
+    values = [v for v in timeout.as_dict().values() if v is not None]
+    return max(values) if values else None
 
 
 class KnowledgeClient:
@@ -179,6 +294,9 @@ class KnowledgeClient:
 
     Thread-safe (one `httpx.Client` connection pool); close it, or use it as a context
     manager. Methods raise `KnowledgeError` subclasses for every answer that is not success.
+    `timeout` in seconds is each request's whole deadline, from connecting to the last byte
+    of the answer (past it: `Unreachable`); with an `httpx.Timeout`, its per-operation values
+    apply and the longest of them is the deadline.
     """
 
     def __init__(
@@ -190,8 +308,12 @@ class KnowledgeClient:
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         api_prefix: str = DEFAULT_API_PREFIX,
     ) -> None:
-        self._endpoint = _Endpoint(base_url, route, access_token, api_prefix=api_prefix)
-        self._http = httpx.Client(timeout=_timeout(timeout), follow_redirects=False)
+        self._endpoint = _Endpoint(
+            base_url, route, access_token, api_prefix=api_prefix, timeout=timeout
+        )
+        self._http = httpx.Client(
+            timeout=self._endpoint.timeout, follow_redirects=False, transport=_sync_transport()
+        )
 
     @property
     def route(self) -> str:
@@ -224,14 +346,23 @@ class KnowledgeClient:
         self.close()
 
     def _send(self, method: str, action: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        total = self._endpoint.total
+        token = _REQUEST_END.set(None if total is None else time.monotonic() + total)
         try:
             return self._http.request(
                 method, self._endpoint.url(action), json=body, headers=self._endpoint.headers()
             )
+        except httpx.TimeoutException as exc:
+            end = _REQUEST_END.get()
+            if total is not None and end is not None and time.monotonic() >= end - 0.01:
+                raise _late(total) from None
+            raise _unreachable(exc) from None
         except httpx.TransportError as exc:
             raise _unreachable(exc) from None
         except httpx.DecodingError:
             raise _undecodable() from None
+        finally:
+            _REQUEST_END.reset(token)
 
     def capabilities_response(self) -> RawResponse:
         """The capabilities answer as received, whatever its status (for negotiation)."""
@@ -295,8 +426,10 @@ class AsyncKnowledgeClient:
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         api_prefix: str = DEFAULT_API_PREFIX,
     ) -> None:
-        self._endpoint = _Endpoint(base_url, route, access_token, api_prefix=api_prefix)
-        self._http = httpx.AsyncClient(timeout=_timeout(timeout), follow_redirects=False)
+        self._endpoint = _Endpoint(
+            base_url, route, access_token, api_prefix=api_prefix, timeout=timeout
+        )
+        self._http = httpx.AsyncClient(timeout=self._endpoint.timeout, follow_redirects=False)
 
     @property
     def route(self) -> str:
@@ -331,10 +464,18 @@ class AsyncKnowledgeClient:
     async def _send(
         self, method: str, action: str, body: dict[str, Any] | None = None
     ) -> httpx.Response:
+        total = self._endpoint.total
         try:
-            return await self._http.request(
-                method, self._endpoint.url(action), json=body, headers=self._endpoint.headers()
-            )
+            # Cancelled as a whole at the deadline, however the hub paces its bytes.
+            with anyio.fail_after(total):
+                return await self._http.request(
+                    method,
+                    self._endpoint.url(action),
+                    json=body,
+                    headers=self._endpoint.headers(),
+                )
+        except TimeoutError:
+            raise _late(total or 0) from None
         except httpx.TransportError as exc:
             raise _unreachable(exc) from None
         except httpx.DecodingError:

@@ -8,6 +8,7 @@ protocol (404/405/501), one that is broken (500/503, HTML, an unknown schema), a
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -225,3 +226,53 @@ def read_body(ref: str = "ref-1", content: str = "text", **changes) -> dict:
 
 def as_json(body: object) -> bytes:
     return json.dumps(body).encode()
+
+
+class DripHub:
+    """A hostile hub that answers every request a byte at a time, every `interval` seconds:
+    each read gets its byte well within any per-read timeout, so only a total deadline ends
+    the call. `drip_from` is where the dripping starts in the answer (0: the status line)."""
+
+    def __init__(self, answer: bytes, drip_from: int, interval: float = 0.1) -> None:
+        self.answer, self.drip_from, self.interval = answer, drip_from, interval
+        self.stop = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                request += chunk
+            try:
+                conn.sendall(self.answer[: self.drip_from])
+                for byte in self.answer[self.drip_from :]:
+                    if self.stop.wait(self.interval):
+                        return
+                    conn.sendall(bytes([byte]))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def drip_answer(body: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )

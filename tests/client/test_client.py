@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 
 import pytest
 
@@ -30,7 +31,10 @@ from .conftest import (
     MANUAL,
     REFUNDS,
     Answer,
+    DripHub,
     as_json,
+    capabilities_body,
+    drip_answer,
     hint,
     manual_body,
     read_body,
@@ -340,3 +344,33 @@ def test_deeply_nested_answers_are_protocol_errors(scripted):
     scripted.answer("GET", "capabilities", Answer(200, b"[" * 100_000 + b"]" * 100_000))
     with KnowledgeClient(scripted.url, "orders", "bka_x") as client, pytest.raises(ProtocolError):
         client.capabilities()
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_timeout_is_a_deadline_for_the_whole_request(where):
+    """httpx's timeout bounds each read; a hub dripping a byte per 0.1 s never tripped it."""
+    answer = drip_answer(as_json(capabilities_body()))
+    drip_from = 5 if where == "headers" else answer.index(b"\r\n\r\n") + 4
+    hub = DripHub(answer, drip_from)  # about 40 s for the whole answer
+
+    async def scenario():
+        async with AsyncKnowledgeClient(hub.url, "orders", "bka_x", timeout=1) as client:
+            await client.capabilities()
+
+    try:
+        for run in (
+            lambda: KnowledgeClient(hub.url, "orders", "bka_x", timeout=1).capabilities(),
+            lambda: asyncio.run(scenario()),
+        ):
+            started = time.monotonic()
+            with pytest.raises(Unreachable, match="did not answer within 1 seconds"):
+                run()
+            assert time.monotonic() - started < 2.5
+    finally:
+        hub.close()
+
+
+def test_timeout_must_be_a_positive_finite_number():
+    for timeout in (0, -1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="timeout"):
+            KnowledgeClient("http://hub", "orders", "bka_x", timeout=timeout)
