@@ -14,8 +14,8 @@ Configuration comes from the environment (`BAILING_HUB_URL`, `BAILING_ACCESS_TOK
 `BAILING_ROUTE`) so that the token never appears in a process list. `BAILING_RUN_ID` binds
 the server to one run of on-demand delivery: every search and read carries it, so the
 run-bound refs of that run's hints can be read (without it, only refs issued outside any run
-can). A protocol error becomes an MCP tool error (`isError`) whose text is
-`{"error": code, "reason": text}`.
+can); `BAILING_TIMEOUT` is each request's deadline in seconds. A protocol error becomes an
+MCP tool error (`isError`) whose text is `{"error": code, "reason": text}`.
 
 The server keeps no cache between calls: turns belong to the MCP host, and with nothing
 cached there is nothing a later turn could be served stale.
@@ -24,6 +24,7 @@ cached there is nothing a later turn could be served stale.
 import argparse
 import ipaddress
 import logging
+import math
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -68,6 +69,10 @@ ENV_ACCESS_TOKEN = "BAILING_ACCESS_TOKEN"  # noqa: S105 (the variable's name, no
 ENV_ROUTE = "BAILING_ROUTE"
 ENV_API_PREFIX = "BAILING_API_PREFIX"
 ENV_RUN_ID = "BAILING_RUN_ID"
+ENV_TIMEOUT = "BAILING_TIMEOUT"
+# The longest deadline a request to the hub may be given: MCP hosts give up on a tool call
+# long before, and a larger value is more likely a typo (milliseconds) than a wish.
+MAX_TIMEOUT = 600.0
 
 INSTRUCTIONS = (
     "Knowledge of the business system for this workspace. Call knowledge_search first; "
@@ -112,8 +117,8 @@ class ServerConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ServerConfig":
         """Read `BAILING_HUB_URL`, `BAILING_ACCESS_TOKEN`, `BAILING_ROUTE` (and optionally
-        `BAILING_API_PREFIX` and `BAILING_RUN_ID`); raise `ConfigError` naming whatever is
-        missing."""
+        `BAILING_API_PREFIX`, `BAILING_RUN_ID` and `BAILING_TIMEOUT`); raise `ConfigError`
+        naming whatever is missing or malformed."""
         environ = os.environ if environ is None else environ
         values = {name: environ.get(name, "").strip() for name in _REQUIRED}
         missing = [name for name, value in values.items() if not value]
@@ -133,10 +138,24 @@ class ServerConfig:
             route=values[ENV_ROUTE],
             api_prefix=environ.get(ENV_API_PREFIX, "").strip() or DEFAULT_API_PREFIX,
             run_id=run_id,
+            timeout=_timeout(environ.get(ENV_TIMEOUT, "").strip()),
         )
 
 
 _REQUIRED = (ENV_HUB_URL, ENV_ACCESS_TOKEN, ENV_ROUTE)
+
+
+def _timeout(value: str) -> float:
+    """`BAILING_TIMEOUT`: each request's whole deadline in seconds (default 30)."""
+    if not value:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_TIMEOUT:  # false for NaN too
+        raise ConfigError(f"{ENV_TIMEOUT} must be a number of seconds above 0, at most 600.")
+    return seconds
 
 
 class _RunKnowledge:
@@ -209,8 +228,14 @@ def create_server(config: ServerConfig, *, tools: str = "all") -> MCPServer:
     `connector` (search/fetch) or `all` (both pairs)."""
     if tools not in TOOL_SETS:
         raise ValueError(f"tools must be one of {', '.join(TOOL_SETS)}.")
-    # Fail now, not at the first tool call, on a malformed URL, route, token or run id.
-    _Endpoint(config.hub_url, config.route, config.access_token, api_prefix=config.api_prefix)
+    # Fail now, not at the first tool call, on a malformed URL, route, token, timeout or run id.
+    _Endpoint(
+        config.hub_url,
+        config.route,
+        config.access_token,
+        api_prefix=config.api_prefix,
+        timeout=config.timeout,
+    )
     if config.run_id is not None and not VISIBLE_ASCII.fullmatch(config.run_id):
         raise ValueError("run_id must be visible ASCII (a run id, run_...).")
     holder = _ClientHolder(config)
@@ -344,7 +369,7 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "MCP server for a Bailing knowledge route. Configure it with the environment "
             f"variables {ENV_HUB_URL}, {ENV_ACCESS_TOKEN} and {ENV_ROUTE} (optionally "
-            f"{ENV_API_PREFIX}, and {ENV_RUN_ID} to read the refs of one run)."
+            f"{ENV_API_PREFIX}, {ENV_TIMEOUT}, and {ENV_RUN_ID} to read the refs of one run)."
         ),
     )
     parser.add_argument(

@@ -25,7 +25,7 @@ from bailing_knowledge.client import KnowledgeClient, ReferenceInvalid
 from bailing_knowledge.client.mcp_server import ServerConfig, create_server, main
 from bailing_knowledge.models import Run
 
-from .conftest import MANUAL, REFUNDS
+from .conftest import MANUAL, REFUNDS, DripHub, drip_answer
 
 ROOT = Path(__file__).resolve().parents[2]
 live = pytest.mark.django_db(transaction=True)
@@ -286,3 +286,50 @@ def test_create_server_checks_a_config_made_in_code():
         create_server(ServerConfig("http://hub", "bka_é", "orders"))
     with pytest.raises(ValueError, match="run_id"):
         create_server(ServerConfig("http://hub", "bka_x", "orders", run_id="run 1"))
+    with pytest.raises(ValueError, match="timeout"):
+        create_server(ServerConfig("http://hub", "bka_x", "orders", timeout=0))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "inf", "nan", "601", "1e9"])
+def test_a_timeout_out_of_range_stops_the_start(monkeypatch, capsys, value):
+    monkeypatch.setenv("BAILING_HUB_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("BAILING_ROUTE", "orders")
+    monkeypatch.setenv("BAILING_ACCESS_TOKEN", "bka_x")
+    monkeypatch.setenv("BAILING_TIMEOUT", value)
+    with pytest.raises(SystemExit) as caught:
+        main([])
+    assert caught.value.code == 2 and "BAILING_TIMEOUT must be" in capsys.readouterr().err
+
+
+def test_the_timeout_setting_bounds_each_call():
+    """The server used DEFAULT_TIMEOUT (30 s) whatever the host needed."""
+    environ = {"BAILING_HUB_URL": "http://hub", "BAILING_ROUTE": "o", "BAILING_ACCESS_TOKEN": "t"}
+    assert ServerConfig.from_env(environ).timeout == 30
+    assert ServerConfig.from_env({**environ, "BAILING_TIMEOUT": " 2.5 "}).timeout == 2.5
+
+    hub = DripHub(drip_answer(b"{}"), drip_from=5)
+
+    async def scenario():
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "bailing_knowledge.client"],
+            env={
+                "BAILING_HUB_URL": hub.url,
+                "BAILING_ROUTE": "orders",
+                "BAILING_ACCESS_TOKEN": "bka_x",
+                "BAILING_TIMEOUT": "1",
+                "PYTHONPATH": str(ROOT),
+            },
+            cwd=str(ROOT),
+        )
+        async with _session(params) as session:
+            started = time.monotonic()
+            result = await _call(session, "knowledge_search", {"query": "refund"})
+            return result, time.monotonic() - started
+
+    try:
+        (error, result), elapsed = asyncio.run(scenario())
+    finally:
+        hub.close()
+    assert error and result["error"] == "hub_unreachable"
+    assert "within 1 seconds" in result["reason"] and elapsed < 5
