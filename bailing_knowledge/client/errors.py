@@ -261,6 +261,11 @@ _BY_STATUS: dict[int, type[KnowledgeError]] = {
 
 _MAX_CODE = 64
 _MAX_REASON = 300
+# `fields` of an invalid_request: the protocol's server sends `{field: [message, ...]}`,
+# nested for nested fields; at most this many keys and messages in all, this deep.
+_MAX_FIELD_ENTRIES = 20
+_MAX_FIELD_DEPTH = 3
+_MAX_FIELD_TEXT = 200
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -273,6 +278,35 @@ def parse_retry_after(value: str | None) -> float | None:
     except ValueError:
         return None
     return seconds if seconds >= 0 else None
+
+
+def _bounded_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The server's `fields`, cut to a few short entries: like `reason`, they end up in tool
+    results a model reads, and a foreign server could send megabytes of them."""
+    left = _MAX_FIELD_ENTRIES
+
+    def bound(value: Any, depth: int) -> Any:
+        nonlocal left
+        if isinstance(value, Mapping):
+            result: dict[str, Any] = {}
+            for key, item in value.items():
+                if left <= 0 or depth >= _MAX_FIELD_DEPTH:
+                    break
+                left -= 1
+                result[str(key)[:_MAX_CODE]] = bound(item, depth + 1)
+            return result
+        if isinstance(value, list):
+            messages: list[str] = []
+            for item in value:
+                if left <= 0:
+                    break
+                if isinstance(item, str | int | float | bool):
+                    left -= 1
+                    messages.append(str(item)[:_MAX_FIELD_TEXT])
+            return messages
+        return str(value)[:_MAX_FIELD_TEXT]
+
+    return bound(fields, 0)
 
 
 def decode_json(content: bytes) -> Any:
@@ -330,7 +364,7 @@ def error_from_response(
         code = body["error"][:_MAX_CODE]
         reason = body["reason"][:_MAX_REASON] if isinstance(body.get("reason"), str) else ""
         if isinstance(body.get("fields"), dict):
-            fields = body["fields"]
+            fields = _bounded_fields(body["fields"])
 
     cls = _BY_CODE.get(code) if code else None
     if cls is None:

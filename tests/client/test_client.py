@@ -23,7 +23,7 @@ from bailing_knowledge.client import (
     Unauthorized,
     Unreachable,
 )
-from bailing_knowledge.client.tools import execute_tool_call
+from bailing_knowledge.client.tools import dumps_result, execute_tool_call
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Document, Run
 
@@ -374,3 +374,29 @@ def test_timeout_must_be_a_positive_finite_number():
     for timeout in (0, -1, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="timeout"):
             KnowledgeClient("http://hub", "orders", "bka_x", timeout=timeout)
+
+
+def test_the_fields_of_an_invalid_request_are_bounded(scripted):
+    """A hub's `fields` went into tool results whole, megabytes of them if it liked."""
+    fields = {f"field_{i}": ["m" * 5_000] * 3 for i in range(500)}
+    body = {"error": "invalid_request", "reason": "Bad.", "fields": fields}
+    scripted.answer("POST", "search", Answer(400, as_json(body)))
+    with KnowledgeClient(scripted.url, "orders", "bka_x") as client:
+        with pytest.raises(InvalidRequest) as caught:
+            client.search("refund")
+        result = execute_tool_call(client, "knowledge_search", {"query": "x"})
+    # 20 keys and messages in all, each message cut to 200 characters.
+    assert caught.value.fields == {f"field_{i}": ["m" * 200] * 3 for i in range(5)}
+    assert result["fields"] == caught.value.fields and len(dumps_result(result)) < 5000
+
+    # Small answers are kept as they are; nesting beyond three levels is left out.
+    nested = {"task_binding": {"task_id": ["Required."]}, "x": {"y": {"z": {"w": ["deep"]}}}}
+    body["fields"] = nested
+    scripted.answer("POST", "search", Answer(400, as_json(body)))
+    client = KnowledgeClient(scripted.url, "orders", "bka_x")
+    with client, pytest.raises(InvalidRequest) as caught:
+        client.search("refund")
+    assert caught.value.fields == {
+        "task_binding": {"task_id": ["Required."]},
+        "x": {"y": {"z": {}}},
+    }
