@@ -183,10 +183,23 @@ def search_result(result: SearchResult) -> dict[str, Any]:
         "truncated": result.truncated,
         "hints": [hint.to_dict() for hint in result.hints],
     }
-    # A subset of the server's answer, so it already fits; the loop is a guard, not a plan.
-    while _size(shaped) > constants.SEARCH_MAX_BYTES and shaped["hints"]:
-        shaped["hints"].pop()
-        shaped["truncated"] = True
+    # A subset of the server's answer, so it already fits; the cut is a guard, not a plan.
+    hints = shaped["hints"]
+    if not hints or _size(shaped) <= constants.SEARCH_MAX_BYTES:
+        return shaped
+    # Too large: the longest proper prefix of the hints that fits, as dropping the last hint
+    # until it fits would leave, but with each hint serialised once (a hostile hub's
+    # thousands of hints made the repeated serialising quadratic). The JSON of the list is
+    # its items' JSON joined by commas, so the sizes add up exactly.
+    shaped["truncated"] = True
+    shaped["hints"] = []
+    size, keep = _size(shaped), 0
+    for index, hint in enumerate(hints[:-1]):
+        size += _size(hint) + (1 if index else 0)
+        if size > constants.SEARCH_MAX_BYTES:
+            break
+        keep = index + 1
+    shaped["hints"] = hints[:keep]
     return shaped
 
 
