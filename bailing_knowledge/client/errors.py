@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -268,16 +269,19 @@ _MAX_FIELD_DEPTH = 3
 _MAX_FIELD_TEXT = 200
 
 
+# Longer than any wait worth keeping a host around for: a larger `Retry-After` says "not today".
+MAX_RETRY_AFTER = 86400.0
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
 def parse_retry_after(value: str | None) -> float | None:
-    """`Retry-After` in seconds; None when absent or given as an HTTP date (not worth a
-    date parser here: the protocol's server always sends seconds)."""
-    if value is None:
+    """`Retry-After` in seconds, at most `MAX_RETRY_AFTER`; None when absent, given as an
+    HTTP date (not worth a date parser here: the protocol's server always sends seconds) or
+    not a plain number. `float` alone would take `inf`, `nan` and `1e400`, which end up in
+    tool results as `Infinity` and `NaN`: not JSON."""
+    if value is None or not _SECONDS.fullmatch(value.strip()):
         return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
+    return min(float(value.strip()), MAX_RETRY_AFTER)  # 400 digits are infinity, too
 
 
 def _bounded_fields(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -162,8 +162,11 @@ def anthropic_tools() -> list[dict[str, Any]]:
 
 
 def dumps_result(result: Mapping[str, Any]) -> str:
-    """A tool result as compact UTF-8 JSON text: the form whose size the budgets bound."""
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    """A tool result as compact UTF-8 JSON text: the form whose size the budgets bound.
+
+    Strict JSON: a non-finite number raises `ValueError` rather than becoming `NaN` or
+    `Infinity`, which no JSON parser of the host's or the model's side would take."""
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _size(result: Mapping[str, Any]) -> int:

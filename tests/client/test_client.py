@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 
 import pytest
@@ -15,6 +16,7 @@ from bailing_knowledge.client import (
     KnowledgeChanged,
     KnowledgeClient,
     ProtocolError,
+    RateLimited,
     ReferenceInvalid,
     ReferenceRejected,
     RouteNotAllowed,
@@ -400,3 +402,30 @@ def test_the_fields_of_an_invalid_request_are_bounded(scripted):
         "task_binding": {"task_id": ["Required."]},
         "x": {"y": {"z": {}}},
     }
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("12", 12.0),
+        (" 1.5 ", 1.5),
+        ("inf", None),
+        ("nan", None),
+        ("1e400", None),
+        ("-1", None),
+        ("1_0", None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", None),
+        ("99999999999", 86400.0),
+        ("9" * 400, 86400.0),
+    ],
+)
+def test_retry_after_is_a_finite_bounded_number(scripted, header, seconds):
+    """`Retry-After: inf` made a tool result with `Infinity` in it: not JSON."""
+    body = as_json({"error": "rate_limited", "reason": "Slow down."})
+    scripted.answer("POST", "search", Answer(429, body, {"Retry-After": header}))
+    with KnowledgeClient(scripted.url, "orders", "bka_x") as client:
+        with pytest.raises(RateLimited) as caught:
+            client.search("refund")
+        result = execute_tool_call(client, "knowledge_search", {"query": "x"})
+    assert caught.value.retry_after == seconds
+    assert json.loads(dumps_result(result)).get("retry_after") == seconds
