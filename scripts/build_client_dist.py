@@ -28,8 +28,9 @@ README = """# bailing-knowledge-client
 The agent side of [bailing-knowledge](https://github.com/bailing-knowledge/bailing-knowledge):
 the Python client of its agent knowledge API (`bailing_knowledge.client`), tool definitions
 for OpenAI- and Anthropic-style tool calling, and the MCP server `bailing-knowledge-mcp`
-(extra `mcp`). It depends on httpx only, not on Django: a business system runs the full
-`bailing-knowledge` distribution, which contains this client too.
+(extra `mcp`). It depends on httpx (and the httpcore and anyio it brings), not on Django:
+a business system runs the full `bailing-knowledge` distribution, which contains this client
+too.
 """
 
 
