@@ -180,9 +180,10 @@ def load_file(
     `source_key` (the file's key in its knowledge base, e.g. "guides/setup.md") names the
     file in errors and in `metadata["source_path"]`; it defaults to the file name. The title
     falls back to the file stem when the loader finds none. `root` is the directory the file
-    was found under: a file that resolves outside it (a symbolic link to /etc/passwd, say)
-    is refused, checked here rather than when the tree was listed, so that a link made in
-    between is caught too. Raises `LoaderError`.
+    was found under: a file that resolves outside it (a symbolic link to /etc/passwd, say),
+    or to a hidden file or directory inside it (`.env`), is refused, checked here rather
+    than when the tree was listed, so that a link made in between is caught too. Raises
+    `LoaderError`.
     """
     path = Path(path)
     name = source_key or path.name
@@ -191,8 +192,13 @@ def load_file(
         raise LoaderError(name, f"unsupported file type {path.suffix or '(no suffix)'!r}")
     if storable_text(name) != name:  # the surrogates of a name's bytes that are not UTF-8
         raise LoaderError(name, "its name is not UTF-8 text: rename the file")
-    if root is not None and not path.resolve().is_relative_to(Path(root).resolve()):
-        raise LoaderError(name, "links outside the directory being ingested (not read)")
+    if root is not None:
+        target, top = path.resolve(), Path(root).resolve()
+        if not target.is_relative_to(top):
+            raise LoaderError(name, "links outside the directory being ingested (not read)")
+        if any(_hidden(part) for part in target.relative_to(top).parts):
+            # The walk skips hidden files (.env, .git/...); a link must not reach them either.
+            raise LoaderError(name, "links to a hidden file or directory (not read)")
     if not path.is_file():
         raise LoaderError(name, "not a readable file")
     try:

@@ -500,6 +500,22 @@ def test_a_link_out_of_the_tree_is_refused_when_loaded_under_its_root(tmp_path):
     assert load_file(docs / "outside.md", root=tmp_path).body.strip()
 
 
+def test_a_link_to_a_hidden_file_inside_the_tree_is_refused(tmp_path):
+    _tree(tmp_path, ["docs/real.md", "docs/.git/notes.md"])
+    docs = tmp_path / "docs"
+    (docs / ".env").write_text("SECRET_KEY=do-not-index\n", encoding="utf-8")
+    (docs / "env.md").symlink_to(".env")
+    (docs / "notes.md").symlink_to(docs / ".git/notes.md")
+    for name in ("env.md", "notes.md"):
+        with pytest.raises(LoaderError, match=rf"^{name}: links to a hidden file or directory"):
+            load_file(docs / name, root=docs)
+    # A tree that is itself under a hidden directory is not refused for it.
+    hidden_root = tmp_path / ".site"
+    _tree(hidden_root, ["a.md"])
+    (hidden_root / "b.md").symlink_to("a.md")
+    assert load_file(hidden_root / "b.md", root=hidden_root).body.strip()
+
+
 def test_a_root_reached_through_a_link_keeps_its_own_links(tmp_path):
     _tree(tmp_path, ["real/a.md"])
     (tmp_path / "real/b.md").symlink_to("a.md")
