@@ -259,7 +259,44 @@ def load_text(path: Path) -> LoadedDocument:
     return LoadedDocument(title="", body=body, metadata={"content_type": "text/plain"})
 
 
-_FRONT_MATTER_TITLE = re.compile(r"^title[ \t]*:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+_FRONT_MATTER_TITLE = re.compile(r"^title[ \t]*:(?:[ \t]+(.*?))?[ \t]*$", re.MULTILINE)
+_BLOCK_HEADER = re.compile(r"[|>][+-]?[1-9]?[+-]?")
+# YAML's one-character escapes in double quotes, and what each stands for.
+_DOUBLE_ESCAPES = dict(
+    zip('0abt\tnvfre "/\\N_LP', '\0\a\b\t\t\n\v\f\r\x1b "/\\\x85\xa0\u2028\u2029', strict=True)
+)
+_DOUBLE_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)", re.S)
+
+
+def _unescape_double(text: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        code = match.group(1)
+        if len(code) > 1:
+            value = int(code[1:], 16)
+            return chr(value) if value <= 0x10FFFF else match.group(0)
+        return _DOUBLE_ESCAPES.get(code, match.group(0))
+
+    return _DOUBLE_ESCAPE.sub(one, text)
+
+
+def _yaml_title(value: str, following: list[str]) -> str:
+    """The text of a front-matter `title:` value, read as YAML reads a scalar: quoted
+    (with its escapes), block (`>-`, `|`) or plain, over its continuation lines."""
+    continued = []
+    for line in following:
+        if line.strip() and not line[:1].isspace():
+            break
+        continued.append(line.strip())
+    if _BLOCK_HEADER.fullmatch(value.split(" #")[0].strip()):
+        return " ".join(line for line in continued if line)
+    text = " ".join([value, *continued]).strip()
+    if text[:1] == '"':
+        end = re.match(r'"((?:[^"\\]|\\.)*)"', text, re.S)
+        return _unescape_double(end.group(1)) if end else text
+    if text[:1] == "'":
+        end = re.match(r"'((?:[^']|'')*)'", text)
+        return end.group(1).replace("''", "'") if end else text
+    return re.split(r"[ \t]#", text, maxsplit=1)[0]
 
 
 def markdown_title(text: str) -> str:
@@ -272,11 +309,10 @@ def markdown_title(text: str) -> str:
     if front:
         match = _FRONT_MATTER_TITLE.search(text, 0, front)
         if match:
-            title = match.group(1)
-            if len(title) >= 2 and title[0] == title[-1] and title[0] in "'\"":
-                title = title[1:-1]
-            if title.strip():
-                return title.strip()
+            following = text[match.end() : front].split("\n")[1:]
+            title = _yaml_title(match.group(1) or "", following).strip()
+            if title:
+                return title
     headings = [heading for heading in find_headings(text) if heading.text]
     for heading in headings:
         if heading.level == 1:

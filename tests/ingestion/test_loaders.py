@@ -184,6 +184,14 @@ def test_chinese_markdown():
     ("text", "title"),
     [
         ("---\ntitle: 'From front matter'\n---\n# Heading\n", "From front matter"),
+        # Read as YAML reads the scalar: escapes, folded and literal blocks, continuations.
+        ('---\ntitle: "Say \\"hi\\" \\u00e9"\n---\n', 'Say "hi" é'),
+        ("---\ntitle: 'It''s here'\n---\n", "It's here"),
+        ("---\ntitle: >-\n  Folded\n  title\nlayout: page\n---\n# Heading\n", "Folded title"),
+        ("---\ntitle: |\n  Literal\n\n  block\n---\n", "Literal block"),
+        ("---\ntitle:\n  On the next line\n---\n", "On the next line"),
+        ("---\ntitle: Plain text # a comment\n---\n", "Plain text"),
+        ('---\ntitle: ""\n---\n# Heading\n', "Heading"),
         ("Intro line\n\n## Second level\n\n# First level\n", "First level"),
         ("Some text\n\n### Only a third level ###\n", "Only a third level"),
         ("Setext **title**\n================\n\nBody\n", "Setext title"),
