@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.db import transaction
+
 from ..ingestion.documents import (
     DocumentInput,
     DocumentOutcome,
@@ -78,11 +80,13 @@ def prune_documents(kb: KnowledgeBase | str, found: Iterable[Discovered]) -> lis
 
     What `knowledge_ingest --prune` runs after a pass over a tree, so that a file deleted or
     renamed there stops being searchable. Every file found counts, one that failed to load
-    or has no loader included: it still exists. Each document goes in a transaction of its
-    own, with its `document_deleted` signal, as `delete_document` does.
+    or has no loader included: it still exists. The deletions are one transaction, so an
+    interrupted prune deletes nothing; each sends its `document_deleted` signal on commit,
+    as `delete_document` does.
     """
     kb = get_knowledge_base(kb)
     keep = {item.source_key for item in found}
     stored = Document.objects.filter(knowledge_base=kb).values_list("source_key", flat=True)
     gone = sorted(key for key in stored.iterator() if key not in keep)
-    return [key for key in gone if delete_document(kb, key)]
+    with transaction.atomic():
+        return [key for key in gone if delete_document(kb, key)]

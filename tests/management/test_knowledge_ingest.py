@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
+from bailing_knowledge.ingestion.documents import delete_document
 from bailing_knowledge.ingestion.loaders import LoadedDocument, register_loader, unregister_loader
 from bailing_knowledge.models import Document, KnowledgeBase
 from tests import django_connection_url
@@ -229,6 +230,17 @@ def test_a_file_name_that_is_not_utf8_is_shown_escaped_in_json(kb, tmp_path):
     assert summary["failures"][0]["error"] == "its name is not UTF-8 text: rename the file"
 
 
+def test_a_control_character_in_a_file_name_keeps_each_report_line_one_line(kb, tmp_path):
+    (tmp_path / "two\nlines.md").write_bytes(b"\xff\xfe\x00broken")
+    (tmp_path / "tab\there.docx").write_bytes(b"PK")
+    _, err, failed = run_failing("knowledge_ingest", "handbook", str(tmp_path), "--no-progress")
+    lines = err.splitlines()
+    assert [line.split(": ")[0] for line in lines] == ["failed", "unsupported"]
+    assert lines[0].startswith(f"failed: {tmp_path}/two\\nlines.md: not valid utf-16")
+    assert lines[1] == f"unsupported: {tmp_path}/tab\\there.docx"
+    assert str(failed) == "1 of 1 files failed."
+
+
 def test_a_knowledge_base_whose_embedder_is_gone_stops_before_any_work(kb, tmp_path):
     KnowledgeBase.objects.filter(pk=kb.pk).update(embedder="retired")
     (tmp_path / "a.md").write_text("# A\n\nText.", encoding="utf-8")
@@ -306,6 +318,33 @@ def test_prune_deletes_the_documents_of_files_gone_from_the_tree(kb, tmp_path):
     text = run("knowledge_ingest", "handbook", str(root), "--prune", "--no-progress")
     assert "pruned:" not in text
     assert Document.objects.count() == 2
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_while_pruning_prunes_nothing(kb, tmp_path, monkeypatch, signum):
+    root = tmp_path / "tree"
+    _write(root, {"a.md": "# A\n\nAlpha.", "b.md": "# B\n\nBeta.", "c.md": "# C\n\nGamma."})
+    run("knowledge_ingest", "handbook", str(root), "--no-progress")
+    (root / "b.md").unlink()
+    (root / "c.md").unlink()
+    deleted: list[str] = []
+
+    def stopping_delete(kb, source_key):
+        if deleted:  # the second deletion is interrupted
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signum)
+        deleted.append(source_key)
+        return delete_document(kb, source_key)
+
+    monkeypatch.setattr("bailing_knowledge.services.ingest.delete_document", stopping_delete)
+    out, _, failed = run_failing("knowledge_ingest", "handbook", str(root), "--prune", "--json")
+    summary = json.loads(out)
+    assert failed.returncode == 128 + signum
+    assert str(failed).startswith("Interrupted while pruning, after every file; nothing was")
+    assert (summary["interrupted"], summary["pruned"], summary["unchanged"]) == (True, 0, 1)
+    assert deleted == ["b.md"]  # deleted, then rolled back with the rest
+    assert sorted(Document.objects.values_list("source_key", flat=True)) == ["a.md", "b.md", "c.md"]
 
 
 def test_prune_refuses_files_and_an_empty_tree(kb, tmp_path):

@@ -13,6 +13,7 @@ embedding overlapping the writes.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import threading
@@ -140,10 +141,17 @@ class Command(KnowledgeCommand):
             except KeyboardInterrupt:
                 if not stopped:  # Ctrl-C, not the SIGTERM handler
                     stopped.append(signal.SIGINT)
-        if progress:
-            sys.stderr.write("\n")
-        # Pruning only after a whole pass: an interrupted one has not seen every file.
-        pruned = [] if stopped or not options["prune"] else prune_documents(kb, found)
+            if progress:
+                sys.stderr.write("\n")
+            # Pruning only after a whole pass: an interrupted one has not seen every file.
+            pruned: list[str] = []
+            pruning = options["prune"] and not stopped
+            if pruning:
+                try:
+                    pruned = prune_documents(kb, found)  # all or nothing
+                except KeyboardInterrupt:
+                    if not stopped:
+                        stopped.append(signal.SIGINT)
         summary = {
             "knowledge_base": kb.slug,
             "new": counts["new"],
@@ -165,9 +173,14 @@ class Command(KnowledgeCommand):
         else:
             self._report(summary)
         if stopped:
+            where = (
+                "while pruning, after every file; nothing was pruned"
+                if pruning
+                else f"after {done} of {len(todo)} files"
+            )
             raise CommandError(
-                f"Interrupted after {done} of {len(todo)} files; what was stored is kept. Run "
-                "the command again to finish: unchanged files are skipped.",
+                f"Interrupted {where}; what was stored is kept. Run the command again to "
+                "finish: unchanged files are skipped.",
                 returncode=128 + stopped[-1],
             )
         if failures:
@@ -255,12 +268,17 @@ def _shared_keys(found: list[Discovered]) -> tuple[str, Path, Path] | None:
 
 
 def shown(text: Path | str) -> str:
-    """A path or message as text any output can carry. A file name that is not UTF-8
-    (Latin-1 `café.md`, say) reaches Python with lone surrogates, which a UTF-8 stream
-    refuses and JSON would pass on as invalid text: its bytes become `\\xe9` escapes."""
+    """A path or message as text any output can carry, on one line. A file name that is not
+    UTF-8 (Latin-1 `café.md`, say) reaches Python with lone surrogates, which a UTF-8 stream
+    refuses and JSON would pass on as invalid text: its bytes become `\\xe9` escapes. A
+    control character (a newline in a file name) becomes its escape too (`\\n`), so that
+    one report line stays one line."""
     text = str(text)
     try:
-        raw = text.encode("utf-8", "surrogateescape")
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate no file name decodes to
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return raw.decode("utf-8", "backslashreplace")
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda match: match.group().encode("unicode_escape").decode(), text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
