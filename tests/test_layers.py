@@ -66,6 +66,7 @@ LAYER_OF = {group: index for index, (_, groups) in enumerate(LAYERS) for group i
 # `documents` re-exports the steps as the stable import path, so it comes last.
 INGESTION = [
     "tasks",
+    "library_log",
     "loaders",
     "chunker",
     "lexicon",

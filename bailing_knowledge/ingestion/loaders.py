@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -39,6 +40,9 @@ from typing import Any
 import regex
 
 from ..markdown import code_block, escape_line_start, find_headings, front_matter_end
+from .library_log import collected_records, distinct_messages
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
@@ -534,19 +538,25 @@ def load_pdf(path: Path) -> LoadedDocument:
             path.name, 'reading PDF files needs pypdf: pip install "bailing-knowledge[pdf]"'
         ) from exc
     data = path.read_bytes()
-    try:
-        reader = pypdf.PdfReader(io.BytesIO(data))
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise LoaderError(path.name, "the PDF is encrypted")
-        pages = [(page.extract_text() or "").strip() for page in reader.pages]
-        info = reader.metadata
-        title = str(info.title or "") if info is not None else ""
-    except LoaderError:
-        raise
-    except Exception as exc:
-        # pypdf raises many kinds of errors on damaged or unusual files; none is fatal to
-        # the other files of an ingest, and none of their messages is needed to fix it.
-        raise LoaderError(path.name, f"not a readable PDF ({type(exc).__name__})") from exc
+    with collected_records("pypdf") as records:
+        try:
+            reader = pypdf.PdfReader(io.BytesIO(data))
+            if reader.is_encrypted and not reader.decrypt(""):
+                raise LoaderError(path.name, "the PDF is encrypted")
+            pages = [(page.extract_text() or "").strip() for page in reader.pages]
+            info = reader.metadata
+            title = str(info.title or "") if info is not None else ""
+        except LoaderError:
+            raise
+        except Exception as exc:
+            # pypdf raises many kinds of errors on damaged or unusual files; none is fatal to
+            # the other files of an ingest. What it logged on the way says more than the
+            # error's own message ("EOF marker not found").
+            said = "".join(f"; {message}" for message in distinct_messages(records))
+            reason = f"not a readable PDF ({type(exc).__name__}{said})"
+            raise LoaderError(path.name, reason) from exc
+    for message in distinct_messages(records):  # what pypdf repaired, named by the file
+        logger.warning("%s: %s", path.name, message)
     body = "\n\n".join(page for page in pages if page)
     return LoadedDocument(
         title=title,

@@ -6,6 +6,7 @@ DB-free: loaders are pure functions of a file's bytes.
 from __future__ import annotations
 
 import codecs
+import logging
 import os
 import sys
 from pathlib import Path
@@ -354,6 +355,27 @@ def test_pdf_that_is_damaged_is_reported(tmp_path):
     path.write_bytes(b"%PDF-1.4\nthis is not a pdf at all\n")
     with pytest.raises(LoaderError, match=r"^broken\.pdf: (not a readable PDF|no text)"):
         load_file(path)
+
+
+def test_what_pypdf_logs_is_named_by_the_file(tmp_path, caplog):
+    """pypdf's own log lines name no file; they come in the failure, or under the name."""
+    pytest.importorskip("pypdf")
+    caplog.set_level(logging.WARNING)
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.4\nbroken")
+    with pytest.raises(LoaderError) as excinfo:
+        load_file(broken)
+    assert str(excinfo.value) == (
+        "broken.pdf: not a readable PDF (PdfStreamError; EOF marker not found)"
+    )
+    data = build_pdf([["Repaired text"]])
+    repaired = tmp_path / "repaired.pdf"
+    repaired.write_bytes(data[: data.rindex(b"startxref")] + b"startxref\n9\n%%EOF\n")
+    assert load_file(repaired).body == "Repaired text"
+    assert not [record for record in caplog.records if record.name.startswith("pypdf")]
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("bailing_knowledge")]
+    assert logged and all(message.startswith("repaired.pdf: ") for message in logged)
+    assert logging.getLogger("pypdf").propagate  # as it was
 
 
 def test_pdf_without_pypdf_says_how_to_install_it(monkeypatch):
