@@ -249,20 +249,17 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         self._backend.sleep(seconds)
 
 
-def _sync_transport() -> httpx.HTTPTransport:
-    """httpx's transport, with connections that keep the deadline. httpx takes no network
-    backend, so the pool it builds is swapped for one with the same defaults that has ours;
-    should a later httpx build it otherwise, the transport keeps per-operation timeouts."""
-    transport = httpx.HTTPTransport()
-    if isinstance(getattr(transport, "_pool", None), httpcore.ConnectionPool):
-        transport._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
-            max_connections=httpx.Limits().max_connections,
-            max_keepalive_connections=httpx.Limits().max_keepalive_connections,
-            keepalive_expiry=httpx.Limits().keepalive_expiry,
-            network_backend=_DeadlineBackend(),
-        )
-    return transport
+def _keep_deadlines(client: httpx.Client) -> httpx.Client:
+    """`client`, its connections keeping the request's deadline: those of its own transport
+    and of the proxy transports httpx mounted from the environment (`HTTPS_PROXY`...).
+    httpx offers no way to choose httpcore's network backend, so each pool's is wrapped in
+    place; should a later httpx hold its pools otherwise, the client keeps per-operation
+    timeouts (and the deadline tests say so)."""
+    for transport in [client._transport, *client._mounts.values()]:
+        pool = getattr(transport, "_pool", None)
+        if isinstance(getattr(pool, "_network_backend", None), httpcore.SyncBackend):
+            pool._network_backend = _DeadlineBackend()
+    return client
 
 
 def _unreachable(exc: httpx.TransportError) -> Unreachable:
@@ -311,8 +308,8 @@ class KnowledgeClient:
         self._endpoint = _Endpoint(
             base_url, route, access_token, api_prefix=api_prefix, timeout=timeout
         )
-        self._http = httpx.Client(
-            timeout=self._endpoint.timeout, follow_redirects=False, transport=_sync_transport()
+        self._http = _keep_deadlines(
+            httpx.Client(timeout=self._endpoint.timeout, follow_redirects=False)
         )
 
     @property

@@ -372,6 +372,42 @@ def test_timeout_is_a_deadline_for_the_whole_request(where):
         hub.close()
 
 
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+def test_both_clients_go_through_the_proxy_the_environment_names(scripted, monkeypatch):
+    """A host behind a proxy names it in HTTP_PROXY (and the others), as for any httpx
+    client; the deadline holds through it too."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("HTTP_PROXY", scripted.url)
+    hub = "http://hub.invalid"  # reachable only through the proxy
+    body = as_json(capabilities_body())
+    scripted.answers[("GET", hub + scripted.path("capabilities"))] = Answer(200, body)
+
+    async def through_async() -> None:
+        async with AsyncKnowledgeClient(hub, "orders", "bka_x") as client:
+            await client.capabilities()
+
+    with KnowledgeClient(hub, "orders", "bka_x") as client:
+        client.capabilities()
+    asyncio.run(through_async())
+    assert [path for _, path, _, _ in scripted.requests] == [
+        hub + scripted.path("capabilities")
+    ] * 2
+
+    dripping = DripHub(drip_answer(body), drip_from=5)
+    monkeypatch.setenv("HTTP_PROXY", dripping.url)
+    try:
+        started = time.monotonic()
+        with pytest.raises(Unreachable, match="did not answer within 1 seconds"):
+            KnowledgeClient(hub, "orders", "bka_x", timeout=1).capabilities()
+        assert time.monotonic() - started < 2.5
+    finally:
+        dripping.close()
+
+
 def test_timeout_must_be_a_positive_finite_number():
     for timeout in (0, -1, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="timeout"):
