@@ -12,8 +12,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.db import transaction
-
 from ..ingestion.documents import (
     DocumentInput,
     DocumentOutcome,
@@ -75,18 +73,21 @@ def ingest_paths(
     yield from known()
 
 
-def prune_documents(kb: KnowledgeBase | str, found: Iterable[Discovered]) -> list[str]:
-    """Delete the documents of `kb` that none of `found` keys; returns their keys, sorted.
+def prune_documents(kb: KnowledgeBase | str, found: Iterable[Discovered]) -> Iterator[str]:
+    """Delete the documents of `kb` that none of `found` keys, yielding each key (in sorted
+    order) once its deletion is committed.
 
     What `knowledge_ingest --prune` runs after a pass over a tree, so that a file deleted or
     renamed there stops being searchable. Every file found counts, one that failed to load
-    or has no loader included: it still exists. The deletions are one transaction, so an
-    interrupted prune deletes nothing; each sends its `document_deleted` signal on commit,
-    as `delete_document` does.
+    or has no loader included: it still exists. Each document goes in a transaction of its
+    own, with its `document_deleted` signal, as `delete_document` does: stopped midway, what
+    was yielded is deleted and the rest is kept, for a later prune to finish. One
+    transaction for all would hold the knowledge base's write lock throughout, and lose the
+    signals still to be sent should a listener be interrupted.
     """
     kb = get_knowledge_base(kb)
     keep = {item.source_key for item in found}
     stored = Document.objects.filter(knowledge_base=kb).values_list("source_key", flat=True)
-    gone = sorted(key for key in stored.iterator() if key not in keep)
-    with transaction.atomic():
-        return [key for key in gone if delete_document(kb, key)]
+    for key in sorted(key for key in stored.iterator() if key not in keep):
+        if delete_document(kb, key):
+            yield key

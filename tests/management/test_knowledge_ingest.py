@@ -239,6 +239,11 @@ def test_a_control_character_in_a_file_name_keeps_each_report_line_one_line(kb, 
     assert lines[0].startswith(f"failed: {tmp_path}/two\\nlines.md: not valid utf-16")
     assert lines[1] == f"unsupported: {tmp_path}/tab\\there.docx"
     assert str(failed) == "1 of 1 files failed."
+    # JSON escapes them itself: the paths there are the files' own.
+    out, _, _ = run_failing("knowledge_ingest", "handbook", str(tmp_path), "--json")
+    summary = json.loads(out)
+    assert [f["path"] for f in summary["failures"]] == [str(tmp_path / "two\nlines.md")]
+    assert summary["unsupported_files"] == [str(tmp_path / "tab\there.docx")]
 
 
 def test_a_knowledge_base_whose_embedder_is_gone_stops_before_any_work(kb, tmp_path):
@@ -321,7 +326,7 @@ def test_prune_deletes_the_documents_of_files_gone_from_the_tree(kb, tmp_path):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_signal_while_pruning_prunes_nothing(kb, tmp_path, monkeypatch, signum):
+def test_a_stop_signal_while_pruning_reports_what_was_pruned(kb, tmp_path, monkeypatch, signum):
     root = tmp_path / "tree"
     _write(root, {"a.md": "# A\n\nAlpha.", "b.md": "# B\n\nBeta.", "c.md": "# C\n\nGamma."})
     run("knowledge_ingest", "handbook", str(root), "--no-progress")
@@ -341,10 +346,14 @@ def test_a_stop_signal_while_pruning_prunes_nothing(kb, tmp_path, monkeypatch, s
     out, _, failed = run_failing("knowledge_ingest", "handbook", str(root), "--prune", "--json")
     summary = json.loads(out)
     assert failed.returncode == 128 + signum
-    assert str(failed).startswith("Interrupted while pruning, after every file; nothing was")
-    assert (summary["interrupted"], summary["pruned"], summary["unchanged"]) == (True, 0, 1)
-    assert deleted == ["b.md"]  # deleted, then rolled back with the rest
-    assert sorted(Document.objects.values_list("source_key", flat=True)) == ["a.md", "b.md", "c.md"]
+    assert str(failed).startswith("Interrupted while pruning, 1 deleted so far;")
+    assert (summary["interrupted"], summary["pruned"], summary["unchanged"]) == (True, 1, 1)
+    assert summary["pruned_documents"] == deleted == ["b.md"]
+    assert sorted(Document.objects.values_list("source_key", flat=True)) == ["a.md", "c.md"]
+    # Run again, it finishes.
+    monkeypatch.undo()
+    summary = run_json("knowledge_ingest", "handbook", str(root), "--prune")
+    assert summary["pruned_documents"] == ["c.md"]
 
 
 def test_prune_refuses_files_and_an_empty_tree(kb, tmp_path):

@@ -137,7 +137,7 @@ class Command(KnowledgeCommand):
                     counts[OUTCOME_LABELS.get(result.outcome, result.outcome)] += 1
                     counts["chunks"] += result.chunks
                     if progress:
-                        self._progress(done, len(todo), shown(result.name))
+                        self._progress(done, len(todo), one_line(shown(result.name)))
             except KeyboardInterrupt:
                 if not stopped:  # Ctrl-C, not the SIGTERM handler
                     stopped.append(signal.SIGINT)
@@ -148,7 +148,8 @@ class Command(KnowledgeCommand):
             pruning = options["prune"] and not stopped
             if pruning:
                 try:
-                    pruned = prune_documents(kb, found)  # all or nothing
+                    for key in prune_documents(kb, found):  # each deletion committed
+                        pruned.append(key)
                 except KeyboardInterrupt:
                     if not stopped:
                         stopped.append(signal.SIGINT)
@@ -174,7 +175,7 @@ class Command(KnowledgeCommand):
             self._report(summary)
         if stopped:
             where = (
-                "while pruning, after every file; nothing was pruned"
+                f"while pruning, {len(pruned)} deleted so far"
                 if pruning
                 else f"after {done} of {len(todo)} files"
             )
@@ -203,11 +204,11 @@ class Command(KnowledgeCommand):
         if summary["queued"]:
             self.stdout.write(f"{summary['queued']} queued for the task runner.")
         for key in summary["pruned_documents"]:
-            self.stdout.write(f"pruned: {key}")
+            self.stdout.write(f"pruned: {one_line(key)}")
         for failure in summary["failures"]:
-            self.stderr.write(f"failed: {failure['path']}: {failure['error']}")
+            self.stderr.write(f"failed: {one_line(failure['path'])}: {one_line(failure['error'])}")
         for path in summary["unsupported_files"]:
-            self.stderr.write(f"unsupported: {path}")
+            self.stderr.write(f"unsupported: {one_line(path)}")
 
 
 @contextmanager
@@ -268,17 +269,22 @@ def _shared_keys(found: list[Discovered]) -> tuple[str, Path, Path] | None:
 
 
 def shown(text: Path | str) -> str:
-    """A path or message as text any output can carry, on one line. A file name that is not
-    UTF-8 (Latin-1 `café.md`, say) reaches Python with lone surrogates, which a UTF-8 stream
-    refuses and JSON would pass on as invalid text: its bytes become `\\xe9` escapes. A
-    control character (a newline in a file name) becomes its escape too (`\\n`), so that
-    one report line stays one line."""
+    """A path or message as text any output can carry. A file name that is not UTF-8
+    (Latin-1 `café.md`, say) reaches Python with lone surrogates, which a UTF-8 stream
+    refuses and JSON would pass on as invalid text: its bytes become `\\xe9` escapes."""
     text = str(text)
     try:
-        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raw = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a surrogate no file name decodes to
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return _CONTROL.sub(lambda match: match.group().encode("unicode_escape").decode(), text)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+def one_line(text: str) -> str:
+    """`text` for a line of the report: a control character or line separator (a newline
+    in a file name) as its escape (`\\n`), so that each line names one file. JSON output
+    escapes them itself."""
+    return _BREAKS.sub(lambda match: match.group().encode("unicode_escape").decode(), text)
+
+
+_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
