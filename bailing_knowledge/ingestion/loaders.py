@@ -163,9 +163,13 @@ def normalize_text(text: str) -> str:
     return storable_text(_NEWLINES.sub("\n", text))
 
 
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def _clean_title(title: str) -> str:
-    """One line, no surrounding space, at most TITLE_MAX_CHARS (cut between graphemes)."""
-    title = " ".join(normalize_text(title).split())
+    """One line, no surrounding space or control character, at most TITLE_MAX_CHARS (cut
+    between graphemes)."""
+    title = " ".join(_CONTROL_CHARACTER.sub(" ", normalize_text(title)).split())
     if len(title) <= TITLE_MAX_CHARS:
         return title
     end = 0
@@ -300,7 +304,8 @@ def _yaml_title(value: str, following: list[str]) -> str:
     if text[:1] == "'":
         end = re.match(r"'((?:[^']|'')*)'", text)
         return end.group(1).replace("''", "'") if end else text
-    return re.split(r"[ \t]#", text, maxsplit=1)[0]
+    text = re.split(r"[ \t]#", text, maxsplit=1)[0]
+    return "" if text in ("~", "null", "Null", "NULL") else text  # YAML's null: no title
 
 
 def markdown_title(text: str) -> str:

@@ -193,6 +193,9 @@ def test_chinese_markdown():
         ("---\ntitle:\n  On the next line\n---\n", "On the next line"),
         ("---\ntitle: Plain text # a comment\n---\n", "Plain text"),
         ('---\ntitle: ""\n---\n# Heading\n', "Heading"),
+        ("---\ntitle: null\n---\n# Heading\n", "Heading"),
+        ("---\ntitle: ~\n---\n# Heading\n", "Heading"),
+        ("---\ntitle: 'null'\n---\n# Heading\n", "null"),
         ("Intro line\n\n## Second level\n\n# First level\n", "First level"),
         ("Some text\n\n### Only a third level ###\n", "Only a third level"),
         ("Setext **title**\n================\n\nBody\n", "Setext title"),
@@ -218,6 +221,17 @@ def test_long_titles_are_cut_to_fit_the_model_field(tmp_path):
     title = load_file(path).title
     assert len(title) <= loaders.TITLE_MAX_CHARS
     assert title == "e\u0301" * 250  # cut between grapheme clusters, not inside one
+
+
+def test_control_characters_never_reach_a_title(tmp_path):
+    """A YAML escape (or an HTML character reference) can spell one; in a hint's JSON each
+    would cost six bytes of the budget and say nothing."""
+    path = tmp_path / "odd.md"
+    path.write_text('---\ntitle: "Bell\\a and\\x01 \\x85 more"\n---\nText.\n', encoding="utf-8")
+    assert load_file(path).title == "Bell and more"
+    page = tmp_path / "odd.html"
+    page.write_text("<title>A&#1;B&#127;C</title><p>Text.</p>", encoding="utf-8")
+    assert load_file(page).title == "ABC"  # the parser drops those references
 
 
 # --- HTML -----------------------------------------------------------------------------------
