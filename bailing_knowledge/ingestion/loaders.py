@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import codecs
 import io
-import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -41,8 +40,6 @@ import regex
 
 from ..markdown import code_block, escape_line_start, find_headings, front_matter_end
 from .library_log import collected_records, distinct_messages
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
@@ -304,7 +301,7 @@ def _yaml_title(value: str, following: list[str]) -> str:
     if text[:1] == "'":
         end = re.match(r"'((?:[^']|'')*)'", text)
         return end.group(1).replace("''", "'") if end else text
-    text = re.split(r"[ \t]#", text, maxsplit=1)[0]
+    text = re.split(r"[ \t]#", text, maxsplit=1)[0].strip()
     return "" if text in ("~", "null", "Null", "NULL") else text  # YAML's null: no title
 
 
@@ -560,8 +557,6 @@ def load_pdf(path: Path) -> LoadedDocument:
             said = "".join(f"; {message}" for message in distinct_messages(records))
             reason = f"not a readable PDF ({type(exc).__name__}{said})"
             raise LoaderError(path.name, reason) from exc
-    for message in distinct_messages(records):  # what pypdf repaired, named by the file
-        logger.warning("%s: %s", path.name, message)
     body = "\n\n".join(page for page in pages if page)
     return LoadedDocument(
         title=title,

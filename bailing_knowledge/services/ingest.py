@@ -81,9 +81,11 @@ def prune_documents(kb: KnowledgeBase | str, found: Iterable[Discovered]) -> Ite
     renamed there stops being searchable. Every file found counts, one that failed to load
     or has no loader included: it still exists. Each document goes in a transaction of its
     own, with its `document_deleted` signal, as `delete_document` does: stopped midway, what
-    was yielded is deleted and the rest is kept, for a later prune to finish. One
+    was yielded is deleted and what was not reached is kept, for a later prune to finish
+    (one stopped while its signal's listeners ran is deleted without being yielded). One
     transaction for all would hold the knowledge base's write lock throughout, and lose the
-    signals still to be sent should a listener be interrupted.
+    signals still to be sent should a listener be interrupted. A generator: nothing is
+    deleted until it is iterated.
     """
     kb = get_knowledge_base(kb)
     keep = {item.source_key for item in found}

@@ -244,6 +244,11 @@ def test_a_control_character_in_a_file_name_keeps_each_report_line_one_line(kb, 
     summary = json.loads(out)
     assert [f["path"] for f in summary["failures"]] == [str(tmp_path / "two\nlines.md")]
     assert summary["unsupported_files"] == [str(tmp_path / "tab\there.docx")]
+    # And in the command's own errors.
+    with pytest.raises(CommandError) as refused:
+        run("knowledge_ingest", "handbook", str(tmp_path / "two\nlines.md"), "--prune")
+    assert len(str(refused.value).splitlines()) == 1
+    assert "two\\nlines.md is a file" in str(refused.value)
 
 
 def test_a_knowledge_base_whose_embedder_is_gone_stops_before_any_work(kb, tmp_path):

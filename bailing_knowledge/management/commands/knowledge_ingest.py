@@ -77,14 +77,14 @@ class Command(KnowledgeCommand):
             get_embedder(kb.embedder)
         except ImproperlyConfigured as exc:
             raise CommandError(f"Knowledge base {kb.slug}: {exc}") from exc
-        missing = [str(p) for p in options["paths"] if not p.exists()]
+        missing = [in_line(p) for p in options["paths"] if not p.exists()]
         if missing:
             raise CommandError(f"No such file or directory: {', '.join(missing)}")
-        special = [str(p) for p in options["paths"] if not (p.is_file() or p.is_dir())]
+        special = [in_line(p) for p in options["paths"] if not (p.is_file() or p.is_dir())]
         if special:
             raise CommandError(f"Not a regular file or directory: {', '.join(special)}")
         # Named on purpose, unlike a directory's other files: skipping it would pass unseen.
-        no_loader = [str(p) for p in options["paths"] if p.is_file() and get_loader(p) is None]
+        no_loader = [in_line(p) for p in options["paths"] if p.is_file() and get_loader(p) is None]
         if no_loader:
             suffixes = ", ".join(sorted(supported_suffixes()))
             raise CommandError(f"No loader for {', '.join(no_loader)} (supported: {suffixes}).")
@@ -92,11 +92,11 @@ class Command(KnowledgeCommand):
         inside = _nested(paths)
         if inside:
             raise CommandError(
-                f"{shown(inside[0])} is inside {shown(inside[1])}, also named: its files would "
+                f"{in_line(inside[0])} is inside {in_line(inside[1])}, also named: its files would "
                 "be stored twice, under two source keys. Name only the outer directory."
             )
         if options["prune"] and not all(path.is_dir() for path in paths):
-            named = ", ".join(shown(path) for path in paths if not path.is_dir())
+            named = ", ".join(in_line(path) for path in paths if not path.is_dir())
             raise CommandError(
                 f"--prune takes directories only ({named} is a file): every document not "
                 "found under the paths named is deleted."
@@ -105,7 +105,7 @@ class Command(KnowledgeCommand):
         try:
             found = discover(paths)
         except OSError as exc:  # a directory that cannot be listed: its files would be missed
-            where = shown(exc.filename) if exc.filename is not None else "a directory"
+            where = in_line(exc.filename) if exc.filename is not None else "a directory"
             raise CommandError(
                 f"Cannot list {where}: {exc.strerror or type(exc).__name__}."
             ) from exc
@@ -113,12 +113,12 @@ class Command(KnowledgeCommand):
         if clash:
             raise CommandError(
                 f"Two files would be the same document (source key {clash[0]!r}): "
-                f"{shown(clash[1])} and {shown(clash[2])}. Keys are relative to the "
+                f"{in_line(clash[1])} and {in_line(clash[2])}. Keys are relative to the "
                 "directory named; name a common parent directory instead."
             )
         if options["prune"] and not found:
             raise CommandError(
-                f"No files under {', '.join(shown(path) for path in paths)}: --prune would "
+                f"No files under {', '.join(in_line(path) for path in paths)}: --prune would "
                 "delete every document of the knowledge base (an empty or unmounted "
                 "directory?). Nothing was changed."
             )
@@ -137,7 +137,7 @@ class Command(KnowledgeCommand):
                     counts[OUTCOME_LABELS.get(result.outcome, result.outcome)] += 1
                     counts["chunks"] += result.chunks
                     if progress:
-                        self._progress(done, len(todo), one_line(shown(result.name)))
+                        self._progress(done, len(todo), in_line(result.name))
             except KeyboardInterrupt:
                 if not stopped:  # Ctrl-C, not the SIGTERM handler
                     stopped.append(signal.SIGINT)
@@ -278,6 +278,11 @@ def shown(text: Path | str) -> str:
     except UnicodeEncodeError:  # a surrogate no file name decodes to
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return raw.decode("utf-8", "backslashreplace")
+
+
+def in_line(text: Path | str) -> str:
+    """A path or message for a line of text: `shown`, then `one_line`."""
+    return one_line(shown(text))
 
 
 def one_line(text: str) -> str:
