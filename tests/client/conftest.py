@@ -18,6 +18,7 @@ import pytest
 
 from bailing_knowledge import constants, services
 from bailing_knowledge.ingestion.documents import upsert_document
+from bailing_knowledge.models import Run
 
 ROUTE = "orders"
 
@@ -275,4 +276,18 @@ def drip_answer(body: bytes) -> bytes:
         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
+    )
+
+
+def ready_run(hub: Hub) -> Run:
+    """A run of the hub's session on its route, its context ready: run-bound refs need one."""
+    return Run.objects.create(
+        session=hub.issued.session,
+        client=hub.issued.session.client,
+        route=hub.route_obj,
+        client_conversation_id="c",
+        client_turn_id="t",
+        user_message_id="m",
+        request_hash="h",
+        state=Run.State.CONTEXT_READY,
     )

@@ -40,6 +40,7 @@ from .conftest import (
     hint,
     manual_body,
     read_body,
+    ready_run,
     search_body,
 )
 
@@ -161,16 +162,7 @@ def test_changed_documents_and_scopes_are_refused(client, hub):
 
 
 def test_run_bound_search_and_read(client, hub):
-    run = Run.objects.create(
-        session=hub.issued.session,
-        client=hub.issued.session.client,
-        route=hub.route_obj,
-        client_conversation_id="c",
-        client_turn_id="t",
-        user_message_id="m",
-        request_hash="h",
-        state=Run.State.CONTEXT_READY,
-    )
+    run = ready_run(hub)
     result = client.search("refund", run_id=run.run_id)
     assert result.run_id == run.run_id
     page = client.read(result.hints[0].ref, run_id=run.run_id)

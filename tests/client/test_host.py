@@ -18,9 +18,8 @@ from bailing_knowledge.client import (
     Unavailable,
 )
 from bailing_knowledge.client.tools import aexecute_tool_call, execute_tool_call
-from bailing_knowledge.models import Run
 
-from .conftest import Answer, as_json, hint, search_body
+from .conftest import Answer, as_json, hint, ready_run, search_body
 
 
 def _slow_search(scripted, delay: float = 5.0) -> None:
@@ -163,16 +162,7 @@ def test_cache_entries_expire():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_turn_carries_its_run(hub):
-    run = Run.objects.create(
-        session=hub.issued.session,
-        client=hub.issued.session.client,
-        route=hub.route_obj,
-        client_conversation_id="c",
-        client_turn_id="t",
-        user_message_id="m",
-        request_hash="h",
-        state=Run.State.CONTEXT_READY,
-    )
+    run = ready_run(hub)
     with KnowledgeClient(hub.url, hub.route, hub.token) as client:
         session = HostSession(client)
         session.start_turn("t", run_id=run.run_id)

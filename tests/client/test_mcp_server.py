@@ -23,9 +23,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bailing_knowledge.client import KnowledgeClient, ReferenceInvalid
 from bailing_knowledge.client.mcp_server import ServerConfig, create_server, main
-from bailing_knowledge.models import Run
 
-from .conftest import MANUAL, REFUNDS, DripHub, drip_answer
+from .conftest import MANUAL, REFUNDS, DripHub, drip_answer, ready_run
 
 ROOT = Path(__file__).resolve().parents[2]
 live = pytest.mark.django_db(transaction=True)
@@ -220,16 +219,7 @@ def test_config_never_shows_the_token():
 @live
 def test_a_run_id_reads_the_refs_of_its_run(hub):
     """On-demand delivery hands the model run-bound refs: they need the run's id."""
-    run = Run.objects.create(
-        session=hub.issued.session,
-        client=hub.issued.session.client,
-        route=hub.route_obj,
-        client_conversation_id="c",
-        client_turn_id="t",
-        user_message_id="m",
-        request_hash="h",
-        state=Run.State.CONTEXT_READY,
-    )
+    run = ready_run(hub)
     with KnowledgeClient(hub.url, hub.route, hub.token) as client:
         ref = client.search("refund", run_id=run.run_id).hints[0].ref
 
