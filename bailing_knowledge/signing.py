@@ -75,6 +75,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from cryptography.hazmat.primitives import hashes
@@ -333,16 +334,23 @@ class CursorClaims:
 def _derive_key(label: str) -> bytes:
     """Derive the HMAC key for `label` from the current `SECRET_KEY`.
 
-    Read on every call, so `override_settings` and rotations take effect at once; HKDF costs
-    two HMACs, cheaper than caching it correctly. Fallback keys are never consulted.
+    `SECRET_KEY` is read on every call, so `override_settings` and rotations take effect at
+    once: the derived keys are remembered by secret and label. Fallback keys are never
+    consulted.
     """
     secret = getattr(settings, "SECRET_KEY", "")
     if not secret:
         raise ImproperlyConfigured(
             "bailing_knowledge needs a non-empty SECRET_KEY to sign references."
         )
+    return _hkdf(force_bytes(secret), label)
+
+
+@lru_cache(maxsize=8)
+def _hkdf(secret: bytes, label: str) -> bytes:
+    # A search signs three references; each derivation builds an HKDF and runs two HMACs.
     hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=label.encode("ascii"))
-    return hkdf.derive(force_bytes(secret))
+    return hkdf.derive(secret)
 
 
 def _utf8(text: str) -> bytes:

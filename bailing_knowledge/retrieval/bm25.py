@@ -13,6 +13,7 @@ import math
 from bisect import insort
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..conf import knowledge_settings
 from .postings import LEVEL_Q, reference_parts
@@ -37,6 +38,13 @@ class Bm25:
         return cls(float(settings.SEARCH_BM25_K1), float(settings.SEARCH_BM25_B))
 
 
+@lru_cache(maxsize=64)
+def _level_divisors(rho: float) -> tuple[float, ...]:
+    """`1 + rho · q` of each level: a bound is the term's top weight over it. One `rho` per
+    set of knowledge bases searched, until their average length moves."""
+    return tuple(1 + rho * q for q in LEVEL_Q)
+
+
 class Scorer:
     """Exact BM25 contributions, and upper bounds of what an unread level can contribute."""
 
@@ -48,19 +56,22 @@ class Scorer:
         a0, b0 = reference_parts()
         # K / tf ≥ rho · K₀ / tf for every chunk length (K and K₀ are affine in dl).
         self.rho = min(self.a / a0 if a0 else math.inf, self.b / b0 if b0 else math.inf)
-        self._bounds = {
-            term: [weight * (self.k1 + 1) / (1 + self.rho * q) for q in LEVEL_Q]
-            for term, weight in idf.items()
-        }
+        self._divisors = _level_divisors(self.rho)
+        self._bounds: dict[str, list[float]] = {}
         self._parsed: dict[str, list[tuple[float, int]]] = {}
 
     def bound(self, term: str, value: int) -> float:
         """What a chunk can score for `term` at level `value` (0 below level 0)."""
-        return self._bounds[term][value] if value >= 0 else 0.0
+        return self.bounds(term)[value] if value >= 0 else 0.0
 
     def bounds(self, term: str) -> list[float]:
-        """`bound` of every level of `term`, by level: never larger at a lower level."""
-        return self._bounds[term]
+        """`bound` of every level of `term`, by level: never larger at a lower level.
+        Worked out when first asked for, with the same arithmetic as ever."""
+        bounds = self._bounds.get(term)
+        if bounds is None:
+            top = self.idf[term] * (self.k1 + 1)
+            bounds = self._bounds[term] = [top / divisor for divisor in self._divisors]
+        return bounds
 
     def reach(self, frontier: dict[str, int]) -> dict[str, float]:
         """For each term with levels left to read (`frontier`: the highest unread one, -1 or

@@ -27,6 +27,7 @@ from django.db import DatabaseError, connection
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from .analysis import LANGUAGES
+from .arrays import id_array
 from .embedders import EmbedderError, get_embedder
 from .lexical import STREAM_ROWS, LexicalLeg
 from .session import SearchTransaction, Statement, configure_statement, search_transaction
@@ -57,10 +58,10 @@ FROM bailing_knowledge_chunk c,
 LATERAL (
     SELECT d.title, d.content_hash, d.body FROM bailing_knowledge_document d
     WHERE d.id = c.document_id AND d.status = 'ready' AND d.revision = c.revision
-      AND d.knowledge_base_id = ANY(%(kbs)s)
+      AND d.knowledge_base_id = ANY(%(kbs)s::bigint[])
     OFFSET 0
 ) d
-WHERE c.id = ANY(%(ids)s)
+WHERE c.id = ANY(%(ids)s::bigint[])
   AND substr(d.body, c."start" + 1, c."end" - c."start") = c."text"
 """
 
@@ -461,13 +462,13 @@ class HybridSearch:
                 continue
             per_doc[document_id] = taken + 1
             allowed.append((chunk_id, score))
-        kb_ids = [kb.pk for kb in self.kbs]
+        kb_ids = id_array(kb.pk for kb in self.kbs)
         hits: list[Hit] = []
         # Fetch and validate in small batches until enough hits survive (nearly always one);
         # the transaction ends with the last batch there can be.
         for offset in range(0, len(allowed), max_hits):
             batch = allowed[offset : offset + max_hits]
-            fetch = (_FETCH, {"ids": [chunk_id for chunk_id, _ in batch], "kbs": kb_ids})
+            fetch = (_FETCH, {"ids": id_array(chunk_id for chunk_id, _ in batch), "kbs": kb_ids})
             last = offset + max_hits >= len(allowed)
             rows = {row[0]: row for row in fetched([fetch], last) or ()}
             hits.extend(

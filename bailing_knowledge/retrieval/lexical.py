@@ -64,6 +64,7 @@ from ..conf import knowledge_settings
 from ..models import KnowledgeBase
 from . import rounds
 from .analysis import query_terms
+from .arrays import id_array, text_array
 from .bm25 import SLACK, Bm25, Leaders, Scorer, level_floor, reaching_combinations, top
 from .session import Answer, Statement, configure_search, stream_rows
 from .statistics import Statistics, recall, remember
@@ -173,9 +174,9 @@ class LexicalLeg:
             size = min(FIRST_ROUND, int(knowledge_settings.SEARCH_LEXICAL_READ_BUDGET))
             if wanted and size > 0:
                 self._early = _Early(wanted, frontier, size)
-                params = {**self.visibility.params(self.kb_ids), "terms": self.terms}
+                params = {**self.visibility.params(self.kb_ids), "terms": text_array(self.terms)}
                 round_params = rounds.round_params(
-                    params, wanted, rounds.id_array(), size, self._checks(size)
+                    params, wanted, id_array(), size, self._checks(size)
                 )
                 statements.append((rounds.ROUND, round_params))
         return statements
@@ -298,7 +299,7 @@ class LexicalLeg:
         # the exact proof. The ranks after them are the best found by then.
         proven = min(limit, EXACT_RANKS)
         pruning = float(knowledge_settings.SEARCH_LEXICAL_PRUNING)
-        params = {**self.visibility.params(self.kb_ids), "terms": terms}
+        params = {**self.visibility.params(self.kb_ids), "terms": text_array(terms)}
         # Chunks this search may still read; past them, the best found (not proven exact).
         budget = int(knowledge_settings.SEARCH_LEXICAL_READ_BUDGET)
         size = FIRST_ROUND
@@ -323,7 +324,7 @@ class LexicalLeg:
                     *rounds.round_statement(
                         params,
                         wanted,
-                        rounds.id_array(scores, self._hidden, self._passed),
+                        id_array(scores, self._hidden, self._passed),
                         size,
                         self._checks(size),
                         scorer.reach(frontier),
@@ -374,7 +375,7 @@ class LexicalLeg:
         terms = sorted(set(itertools.chain(*combinations)))
         if sum(stats.df[term] for term in terms) > COMBINED_POSTINGS:
             return False
-        cursor.execute(rounds.ALL_POSTINGS, {"terms": terms})
+        cursor.execute(rounds.ALL_POSTINGS, {"terms": text_array(terms)})
         return int(cursor.fetchone()[0]) <= COMBINED_POSTINGS
 
     def _close(
@@ -399,7 +400,7 @@ class LexicalLeg:
             {
                 **params,
                 "combined": tsquery,
-                "seen": rounds.id_array(scores, self._hidden, self._passed),
+                "seen": id_array(scores, self._hidden, self._passed),
                 "budget": budget,
             },
             scorer,
@@ -506,7 +507,7 @@ class LexicalLeg:
                         self._check_batch,
                     )
                 ]
-            cursor.execute(rounds.VISIBLE, {**params, "ids": rounds.id_array(unchecked)})
+            cursor.execute(rounds.VISIBLE, {**params, "ids": id_array(unchecked)})
             visible = {row[0] for row in cursor.fetchall()}
             self._visible |= visible
             hidden = [chunk_id for chunk_id in unchecked if chunk_id not in visible]
@@ -524,7 +525,7 @@ class LexicalLeg:
         if not self.unverified:
             return None
         documents = {self.documents[chunk_id] for chunk_id in self.unverified}
-        return rounds.ADMITTED, {**self.visibility.params(()), "ids": rounds.id_array(documents)}
+        return rounds.ADMITTED, {**self.visibility.params(()), "ids": id_array(documents)}
 
     def verified(self, answer: Answer) -> bool:
         """Whether every chunk `verification` asked about is visible: its document admits
@@ -550,7 +551,7 @@ class LexicalLeg:
             rounds.EVERY,
             {
                 **self.visibility.params(self.kb_ids),
-                "terms": list(idf),
+                "terms": text_array(idf),
                 "tsquery": " | ".join(rounds.level_query(term, -1) for term in idf),
             },
         )

@@ -8,14 +8,13 @@ rows came (`Read`).
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import pairwise
 from typing import Any
 
 from ..models import KnowledgeBase
+from .arrays import array_element, array_literal
 from .bm25 import Scorer
 from .postings import SEPARATOR, lexeme, quoted
 from .statistics import Statistics
@@ -66,7 +65,7 @@ CROSS JOIN LATERAL (
     FROM bailing_knowledge_chunk c
     WHERE c.search_vector @@ w.lexeme::tsquery
       -- Written so that no index serves it: the GIN index must (see above).
-      AND c.knowledge_base_id + 0 = ANY(%(kbs)s)
+      AND c.knowledge_base_id + 0 = ANY(%(kbs)s::bigint[])
       AND c.id <> ALL(%(seen)s::bigint[])
 ) c
 LIMIT %(budget)s
@@ -103,7 +102,7 @@ SELECT c.id, c.lexical_length,
        c.document_id, c.revision, true
 FROM bailing_knowledge_chunk c
 WHERE c.search_vector @@ %(combined)s::tsquery
-  AND c.knowledge_base_id + 0 = ANY(%(kbs)s)
+  AND c.knowledge_base_id + 0 = ANY(%(kbs)s::bigint[])
   AND c.id <> ALL(%(seen)s::bigint[])
   AND {_VISIBLE_ROW}
 LIMIT %(budget)s
@@ -113,7 +112,7 @@ LIMIT %(budget)s
 ALL_POSTINGS = f"""/* bk:lexicon */
 SELECT coalesce(sum(l.chunks), 0)
 FROM {KnowledgeBase._meta.db_table} k
-JOIN bailing_knowledge_lexicon l ON l.knowledge_base_id = k.id AND l.term = ANY(%(terms)s)
+JOIN bailing_knowledge_lexicon l ON l.knowledge_base_id = k.id AND l.term = ANY(%(terms)s::text[])
 """  # noqa: S608
 
 # SQL from module constants only; values go in as parameters.
@@ -136,7 +135,7 @@ EVERY = f"""/* bk:lexical */
 SELECT c.id, c.lexical_length,
        ts_filter(setweight(c.lexical_terms, 'A', %(terms)s::text[]), '{{a}}')::text
 FROM bailing_knowledge_chunk c, bailing_knowledge_document d
-WHERE c.search_vector @@ %(tsquery)s::tsquery AND c.knowledge_base_id = ANY(%(kbs)s)
+WHERE c.search_vector @@ %(tsquery)s::tsquery AND c.knowledge_base_id = ANY(%(kbs)s::bigint[])
   AND {DOCUMENT_VISIBLE_SQL}
 """  # noqa: S608
 
@@ -192,7 +191,7 @@ def round_params(
     `ROUND_LEXEMES` elements, each escaped once per process (`_wanted_element`)."""
     return {
         **params,
-        "wanted": _array_literal(_wanted_element(term, value) for _, term, value in wanted),
+        "wanted": array_literal(_wanted_element(term, value) for _, term, value in wanted),
         "seen": seen,
         "budget": size,
         "check": check,
@@ -218,7 +217,7 @@ def round_statement(
     values = round_params(params, wanted, seen, size, check)
     if gate <= 0:
         return ROUND, values
-    values["own"] = _array_literal(repr(bound - reach[term]) for bound, term, _ in wanted)
+    values["own"] = array_literal(repr(bound - reach[term]) for bound, term, _ in wanted)
     values["gate"] = gate
     for i, (term, bound) in enumerate(reach.items()):
         values[f"held_{i}"] = level_query(term, -1)
@@ -228,28 +227,14 @@ def round_statement(
 
 def in_order(rows: Sequence[tuple[Any, ...]]) -> bool:
     """Rows came level by level, in the order asked (the plan's nested loop keeps it)."""
-    return all(a[3] <= b[3] for a, b in pairwise(rows))
-
-
-def id_array(*groups: Iterable[int]) -> str:
-    """An array literal of ids (`{1,2,3}`), cast to `bigint[]` in SQL: one join instead of
-    the driver's adaptation of each id (up to the read budget's worth), every round."""
-    return _array_literal(map(str, itertools.chain(*groups)))
-
-
-def _array_literal(elements: Iterable[str]) -> str:
-    return "{" + ",".join(elements) + "}"
-
-
-def _array_element(item: str) -> str:
-    """`item` as an element of an array literal: in double quotes, its own escaped."""
-    return '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    positions = [row[3] for row in rows]
+    return positions == sorted(positions)  # sorting a sorted list is one pass, in C
 
 
 @lru_cache(maxsize=65536)
 def _wanted_element(term: str, value: int) -> str:
     """`level_query` as an array element, escaped once."""
-    return _array_element(level_query(term, value))
+    return array_element(level_query(term, value))
 
 
 @lru_cache(maxsize=65536)

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .arrays import id_array, text_array
+
 # The totals of a knowledge base live in its lexicon row with the empty term.
 TOTALS = ""
 
@@ -24,7 +26,7 @@ REMEMBERED = 32_768
 _STATISTICS = """/* bk:lexicon */
 SELECT term, sum(chunks), sum(length), max(top)
 FROM bailing_knowledge_lexicon
-WHERE knowledge_base_id = ANY(%(kbs)s) AND term = ANY(%(terms)s)
+WHERE knowledge_base_id = ANY(%(kbs)s::bigint[]) AND term = ANY(%(terms)s::text[])
 GROUP BY term
 """
 
@@ -41,7 +43,7 @@ class Statistics:
     @staticmethod
     def statement(kb_ids: Sequence[int], terms: Sequence[str]) -> tuple[str, dict[str, Any]]:
         """The statement whose rows `from_rows` reads."""
-        return _STATISTICS, {"kbs": list(kb_ids), "terms": [TOTALS, *terms]}
+        return _STATISTICS, {"kbs": id_array(kb_ids), "terms": text_array([TOTALS, *terms])}
 
     @classmethod
     def load(cls, cursor: Any, kb_ids: Sequence[int], terms: Sequence[str]) -> Statistics:

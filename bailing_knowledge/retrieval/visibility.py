@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..models import AgentSession, KnowledgeBase
+from .arrays import id_array, text_array
 
 # Metadata keys that restrict who sees a document: lists of strings, absent for everyone.
 VISIBILITY_KEYS = ("audiences", "roles")
@@ -38,7 +39,7 @@ OPEN_DOCUMENT_SQL = """
     AND NOT d.metadata ? 'roles'
 """
 # ... and in one of the KBs searched (the route's enabled KBs for this tenant).
-VISIBLE_SQL = "c.knowledge_base_id = ANY(%(kbs)s) AND " + DOCUMENT_VISIBLE_SQL
+VISIBLE_SQL = "c.knowledge_base_id = ANY(%(kbs)s::bigint[]) AND " + DOCUMENT_VISIBLE_SQL
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,8 @@ class Visibility:
     roles: tuple[str, ...] = ()
 
     def params(self, kb_ids: Sequence[int]) -> dict[str, Any]:
-        """The parameters `VISIBLE_SQL` and `DOCUMENT_VISIBLE_SQL` expect."""
-        return {"kbs": list(kb_ids), "audience": self.audience, "roles": list(self.roles)}
+        """The parameters `VISIBLE_SQL` and `DOCUMENT_VISIBLE_SQL` expect (array literals)."""
+        return {"kbs": id_array(kb_ids), "audience": self.audience, "roles": text_array(self.roles)}
 
     def admits(self, metadata: dict[str, Any]) -> bool:
         """Whether a document with this metadata is visible: the audience and role part of

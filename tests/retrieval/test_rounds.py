@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Chunk
 from bailing_knowledge.retrieval import rounds, statistics
+from bailing_knowledge.retrieval.arrays import id_array
 from bailing_knowledge.retrieval.bm25 import Bm25, Scorer
 from bailing_knowledge.retrieval.visibility import Visibility
 
@@ -22,7 +23,7 @@ def test_array_literals_round_trip_through_postgresql(items):
     """The lexemes a round asks for go to PostgreSQL as one `text[]` literal, whatever
     quotes, backslashes, braces or commas the terms hold."""
     wanted = [(1.0, term, 7) for term in items]
-    literal = rounds.round_params({}, wanted, rounds.id_array(), 10, False)["wanted"]
+    literal = rounds.round_params({}, wanted, id_array(), 10, False)["wanted"]
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::text[]", [literal])
         assert cursor.fetchone()[0] == [rounds.level_query(term, 7) for term in items]
@@ -72,9 +73,7 @@ def test_a_gated_round_counts_terms_only_where_the_bound_reaches_the_gate(kb):
     reach = {"alpha": 1.0, "beta": 2.0}
 
     def counts(gate: float) -> dict[str, str | None]:
-        sql, values = rounds.round_statement(
-            params, wanted, rounds.id_array(), 10, False, reach, gate
-        )
+        sql, values = rounds.round_statement(params, wanted, id_array(), 10, False, reach, gate)
         assert (sql == rounds.ROUND) is (gate == 0)
         with connection.cursor() as cursor:
             cursor.execute(sql, values)
