@@ -18,6 +18,7 @@ from django.db.models import Field, Model
 from django.utils import timezone
 
 from .models import AgentSession, Client, KnowledgeBase, Route, Task
+from .prefetch import PrefetchedLists
 
 # Every rule is in SQL, in the PL/pgSQL functions of migration 0006: PostgreSQL keeps the
 # plan of a function's query for the life of the connection, where a statement sent with its
@@ -25,7 +26,7 @@ from .models import AgentSession, Client, KnowledgeBase, Route, Task
 # JSON object, or NULL when access is refused (the route alone is NULL when the session is
 # live but the route refused), whose rows, keyed by column, become complete model instances
 # without further queries: the session with its client cached, the route with its knowledge
-# bases in its prefetch cache. Nothing is cached between requests.
+# bases prefetched (`prefetch.PrefetchedLists`). Nothing is cached between requests.
 _LIVE_SESSION = "SELECT bailing_knowledge_live_session(%s, %s)"
 _ADMITTED_ROUTE = "SELECT bailing_knowledge_admitted_route(%s, %s, %s, %s)"
 _LIVE_SESSION_AND_ROUTE = "SELECT bailing_knowledge_live_session_and_route(%s, %s, %s)"
@@ -122,12 +123,8 @@ def _route(alias: str, answer: dict[str, Any]) -> Route | None:
     knowledge_bases = [
         _instance(KnowledgeBase, alias, row) for row in answer["knowledge_bases"] or ()
     ]
-    # What `prefetch_related("knowledge_bases")` leaves behind, filled from the answer: a
-    # queryset still filtered on the route, should a caller refine it.
-    queryset = route.knowledge_bases.get_queryset()
-    queryset._result_cache = knowledge_bases
-    queryset._prefetch_done = True
-    route._prefetched_objects_cache = {"knowledge_bases": queryset}
+    # As `prefetch_related("knowledge_bases")` would leave them, filled from the answer.
+    route._prefetched_objects_cache = PrefetchedLists(route, knowledge_bases=knowledge_bases)
     return route
 
 

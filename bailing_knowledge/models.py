@@ -22,6 +22,7 @@ from pgvector.django import HalfVectorField, HnswIndex, VectorField
 from . import constants
 from .database import hnsw_parameters
 from .locks import share_write_lock
+from .prefetch import prefetched_list
 
 
 def _public_id(prefix: str) -> str:
@@ -219,9 +220,16 @@ class Route(models.Model):
         is `bailing_knowledge_live_session_and_route`)."""
         return not self.allowed_audiences or audience in self.allowed_audiences
 
+    def bound_knowledge_bases(self) -> list[KnowledgeBase]:
+        """The route's knowledge bases, by slug: what `knowledge_bases.all()` lists, read
+        from the prefetched ones where there are (as on every agent request) without the
+        related manager that each `knowledge_bases` access builds."""
+        listed = prefetched_list(self, "knowledge_bases")
+        return listed if listed is not None else list(self.knowledge_bases.all())
+
     def knowledge_configuration(self) -> dict[str, Any]:
         """The inputs of `knowledge_scope_revision`: KB set and state, retrieval settings."""
-        kbs = sorted(self.knowledge_bases.all(), key=lambda kb: kb.pk)
+        kbs = sorted(self.bound_knowledge_bases(), key=lambda kb: kb.pk)
         return {
             "enabled": self.knowledge_enabled,
             "top_k": self.top_k,

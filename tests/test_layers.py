@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "lookups",
             "markdown",
             "models",
+            "prefetch",
             "renderers",
             "signals",
             "signing",

@@ -100,7 +100,7 @@ def route_data(route: Route) -> dict[str, Any]:
         "agent_client_enabled": route.agent_client_enabled,
         "knowledge_enabled": route.knowledge_enabled,
         "allowed_audiences": list(route.allowed_audiences),
-        "knowledge_bases": sorted(kb.slug for kb in route.knowledge_bases.all()),
+        "knowledge_bases": sorted(kb.slug for kb in route.bound_knowledge_bases()),
         "top_k": route.top_k,
         "min_score": route.min_score,
         "max_docs": route.max_docs,

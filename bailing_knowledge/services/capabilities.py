@@ -10,7 +10,7 @@ from ..models import Route
 
 def knowledge_available(route: Route) -> bool:
     """Knowledge is on for the route and at least one of its KBs is enabled."""
-    return route.knowledge_enabled and any(kb.enabled for kb in route.knowledge_bases.all())
+    return route.knowledge_enabled and any(kb.enabled for kb in route.bound_knowledge_bases())
 
 
 def capabilities(route: Route) -> dict[str, Any]:

@@ -144,7 +144,7 @@ def explain_search(
     """
     visibility = visibility_for(session)
     available = knowledge_available(route)
-    route_kbs = list(route.knowledge_bases.all())
+    route_kbs = route.bound_knowledge_bases()
     kbs = searchable_knowledge_bases(route_kbs, visibility) if available else []
     status = "disabled"
     candidates: list[Candidate] = []

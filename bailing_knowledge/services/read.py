@@ -189,7 +189,7 @@ def _current_document(
 def _scope(session: AgentSession, route: Route) -> tuple[Visibility, dict[str, Any]]:
     """The principal's visibility, and the parameters of `_IN_SCOPE` for this route."""
     visibility = visibility_for(session)
-    kb_ids = [kb.pk for kb in searchable_knowledge_bases(route.knowledge_bases.all(), visibility)]
+    kb_ids = [kb.pk for kb in searchable_knowledge_bases(route.bound_knowledge_bases(), visibility)]
     return visibility, {"ready": Document.Status.READY.value, "kbs": kb_ids}
 
 

@@ -84,7 +84,7 @@ def find_hits(
     if not knowledge_available(route):
         return "disabled", []
     visibility = visibility_for(session)
-    kbs = searchable_knowledge_bases(route.knowledge_bases.all(), visibility)
+    kbs = searchable_knowledge_bases(route.bound_knowledge_bases(), visibility)
     result = HybridSearch(
         query, kbs, visibility, use_vector=options.use_vector, use_lexical=options.use_lexical
     ).run(
