@@ -3,8 +3,9 @@
 The access check of every agent request reads a route's knowledge bases in the same
 statement as the route. `prefetch_related` would hold them as a queryset filtered on the
 route, and building one takes a related manager and two ORM queries' worth of objects tied
-to the route in a reference cycle: in a `capabilities` request that was about a third of
-the Python above a bare DRF view's. The app's own code only needs the list
+to the route in a reference cycle; with the manager each `route.knowledge_bases` access
+builds, that was about a third of what a `capabilities` request spends above a bare DRF
+view (docs/performance.md). The app's own code only needs the list
 (`prefetched_list`); `PrefetchedLists` builds the queryset the first time something asks
 for it, so that `route.knowledge_bases.all()` and any refinement of it behave exactly as
 after `prefetch_related`.
