@@ -67,9 +67,10 @@ def test_a_change_through_the_manager_drops_them(found, built):
     assert _slugs(found.knowledge_bases.all()) == ["added", "archive", "handbook"]
 
 
-def test_a_refresh_drops_them(found, route):
+@pytest.mark.parametrize("fields", [None, ["knowledge_bases"]], ids=["every field", "by name"])
+def test_a_refresh_drops_them(found, route, fields):
     services.update_route(route, knowledge_bases=["handbook"])
-    found.refresh_from_db()
+    found.refresh_from_db(fields=fields)
     assert _slugs(found.bound_knowledge_bases()) == ["handbook"]
     assert _slugs(found.knowledge_bases.all()) == ["handbook"]
 
