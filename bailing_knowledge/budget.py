@@ -58,6 +58,8 @@ _ASTRAL_LEADS = bytes(range(0xF0, 0x100))
 
 # Characters segmented per `regex` call (see `_Segmenter`).
 _SEGMENT_CHARS = 256
+# How far back `_Segmenter` looks for two ASCII characters to segment from.
+_ASCII_LOOKBACK = 32
 
 _RENDERER = AgentJSONRenderer()
 
@@ -164,9 +166,11 @@ class _Segmenter:
     ASCII extends, prepends or joins). Linear in the characters segmented, whatever the text;
     boundaries found once are reused when the read loop retries with less room.
 
-    A line feed always ends a cluster (UAX #29, GB4), so segmentation need not run from
-    `start`: it runs from the last line start before the boundary asked for (`origin`). A page
-    of text with line breaks costs the segmentation of its last line, not of the page.
+    A line feed always ends a cluster (UAX #29, GB4), and so does an ASCII character followed
+    by another (only CR LF joins two ASCII characters): segmentation need not run from
+    `start`. It runs from the last such position before the boundary asked for (`origin`), a
+    line start or a pair of ASCII characters a few places back. Prose with some ASCII costs
+    the segmentation of a few characters, a page of other text that of its last line.
     """
 
     def __init__(self, text: str, start: int) -> None:
@@ -182,7 +186,9 @@ class _Segmenter:
 
     def last_boundary(self, stop: int) -> int | None:
         """The largest boundary `b` with `start < b <= stop`, or None."""
-        origin = max(self.start, self.text.rfind("\n", self.start, stop) + 1)
+        origin = _ascii_pair_before(self.text, self.start, stop)
+        if origin is None:
+            origin = max(self.start, self.text.rfind("\n", self.start, stop) + 1)
         if not self.origin <= origin <= self.known:
             self._restart(origin)
         if stop > self.known:
@@ -214,6 +220,18 @@ class _Segmenter:
             else:
                 size *= 2
         self.pos, self.known = pos, stop
+
+
+def _ascii_pair_before(text: str, start: int, stop: int) -> int | None:
+    """The last `i` in `(start, stop]`, at most `_ASCII_LOOKBACK` back, between two ASCII
+    characters other than CR LF: a cluster boundary whatever precedes it (UAX #29: no ASCII
+    character extends, prepends or joins, and only GB3 holds two ASCII characters together).
+    """
+    for i in range(min(stop, len(text) - 1), max(start, stop - _ASCII_LOOKBACK), -1):
+        before, after = text[i - 1], text[i]
+        if before.isascii() and after.isascii() and (before != "\r" or after != "\n"):
+            return i
+    return None
 
 
 def _fit_end(

@@ -133,6 +133,7 @@ PIECES = [
     "\n",
     "\t",
     "\r\n",
+    "\r",
     "\x00",
     "\x1f",
     "\x7f",
@@ -288,9 +289,14 @@ def test_segmenter_agrees_with_whole_text_segmentation(text, data):
         assert segmenter.last_boundary(stop) == (expected[-1] if expected else None)
     segmenter = budget._Segmenter(text, start)
     segmenter.last_boundary(len(text))
-    # Segmented from `start`, or from a line start after it: every boundary from there on.
+    # Segmented from `start`, or from a line start or two ASCII characters (not CR LF) after
+    # it: every boundary from there on.
     origin = segmenter.origin
-    assert origin == start or (origin > start and text[origin - 1] == "\n")
+    pair = text[origin - 1 : origin + 1]
+    assert origin == start or (
+        origin > start
+        and (pair[0] == "\n" or (pair.isascii() and len(pair) == 2 and pair != "\r\n"))
+    )
     assert segmenter.ends == [b for b in bounds if b > origin]
 
 

@@ -8,15 +8,18 @@ rows came (`Read`).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from ..models import KnowledgeBase
 from .arrays import array_element, array_literal
 from .bm25 import Scorer
-from .postings import SEPARATOR, lexeme, quoted
+from .postings import LEVELS, SEPARATOR, lexeme, quoted
 from .statistics import Statistics
 from .visibility import DOCUMENT_VISIBLE_SQL, OPEN_DOCUMENT_SQL
 
@@ -155,17 +158,15 @@ def levels_wanted(
             if bounds[highest] >= floor:
                 levels.append((bounds[highest], term, -1))
             continue
-        for value in range(highest, -1, -1):
-            bound = bounds[value]
-            if bound < floor:
-                break  # a term's bounds fall with its level (`Scorer.bounds`)
-            levels.append((bound, term, value))
-    levels.sort(key=_heaviest)
+        # A term's bounds never fall with its level (`Scorer.bounds`): the levels that reach
+        # `floor` are those from the first that does up to `highest`.
+        lowest = bisect_left(bounds, floor, 0, highest + 1)
+        if lowest <= highest:
+            stop = lowest - 1 if lowest else None
+            levels += zip(bounds[highest:stop:-1], repeat(term), range(highest, lowest - 1, -1))
+    # Stable, as is `reverse`: ties keep the order they were listed in.
+    levels.sort(key=itemgetter(0), reverse=True)
     return levels[:ROUND_LEXEMES]
-
-
-def _heaviest(item: tuple[float, str, int]) -> float:
-    return -item[0]
 
 
 @dataclass
@@ -188,10 +189,10 @@ def round_params(
     """The parameters of a round (`ROUND`) reading `wanted` in order, up to `size` chunks
     not in `seen` (an `id_array`), checking each one's document if `check`. The lexemes go
     as one `text[]` literal: one string for the driver to quote instead of up to
-    `ROUND_LEXEMES` elements, each escaped once per process (`_wanted_element`)."""
+    `ROUND_LEXEMES` elements, each escaped once per process (`_wanted_elements`)."""
     return {
         **params,
-        "wanted": array_literal(_wanted_element(term, value) for _, term, value in wanted),
+        "wanted": array_literal([_wanted_elements(term)[value] for _, term, value in wanted]),
         "seen": seen,
         "budget": size,
         "check": check,
@@ -231,10 +232,12 @@ def in_order(rows: Sequence[tuple[Any, ...]]) -> bool:
     return positions == sorted(positions)  # sorting a sorted list is one pass, in C
 
 
-@lru_cache(maxsize=65536)
-def _wanted_element(term: str, value: int) -> str:
-    """`level_query` as an array element, escaped once."""
-    return array_element(level_query(term, value))
+@lru_cache(maxsize=8192)
+def _wanted_elements(term: str) -> tuple[str, ...]:
+    """`level_query` of each level of `term` as an array element, escaped once, by level;
+    the last is that of all its levels (`value` -1)."""
+    query = level_query.__wrapped__  # not through its cache: these are kept here
+    return tuple(array_element(query(term, value)) for value in [*range(LEVELS), -1])
 
 
 @lru_cache(maxsize=65536)
