@@ -197,6 +197,8 @@ def _scores(caller, query):
 
 
 def test_tenant_bound_kbs_are_invisible_and_do_not_change_scores(agent, route, documents):
+    with connection.cursor() as cursor:
+        rebuild_vector_index(cursor)  # the scores hold the vector leg's ranks: its rows alone
     baseline = _scores(agent, "refund policy thirty days")
     other = services.create_knowledge_base("other-tenant", tenant="globex")
     services.bind_knowledge_bases(route, [other])
@@ -207,6 +209,8 @@ def test_tenant_bound_kbs_are_invisible_and_do_not_change_scores(agent, route, d
 
 
 def test_audience_and_role_restricted_documents(agent, kb, documents):
+    with connection.cursor() as cursor:
+        rebuild_vector_index(cursor)  # as above
     baseline = _scores(agent, "refund policy thirty days")
     upsert_document(kb, "partners.md", "Partner refunds", REFUNDS, {"audiences": ["partners"]})
     upsert_document(kb, "finance.md", "Finance refunds", REFUNDS, {"roles": ["finance"]})
