@@ -6,6 +6,7 @@ with the lexical legs'; visibility is in its WHERE clause, as in every leg.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -55,9 +56,15 @@ ORDER BY distance, id
 
 @lru_cache(maxsize=8)
 def _vector_format(dimensions: int) -> str:
-    """The `%` format of a vector literal (`[0.1234567,...]`, seven significant digits): one
-    formatting call per query rather than one per component."""
+    """The `%` format of a vector literal: one formatting call per query rather than one per
+    component."""
     return "[" + ",".join(["%.7g"] * dimensions) + "]"
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form of `vector` (`[0.1234567,...]`), seven significant digits a
+    component, as a statement binds it."""
+    return _vector_format(len(vector)) % tuple(vector)
 
 
 def vector_statement(query: str, embedder: str, params: dict[str, Any], limit: int) -> Statement:
@@ -66,7 +73,7 @@ def vector_statement(query: str, embedder: str, params: dict[str, Any], limit: i
     for the knowledge bases searched)."""
     model = get_embedder(embedder)
     vector = model.embed_query(query)
-    literal = _vector_format(len(vector)) % tuple(vector)
+    literal = vector_literal(vector)
     # Cosine distance is 1 - similarity: neighbours below the similarity floor are noise.
     max_distance = 1.0 - float(knowledge_settings.SEARCH_MIN_SIMILARITY)
     params = {**params, "vector": literal, "limit": limit, "max_distance": max_distance}

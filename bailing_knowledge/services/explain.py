@@ -22,6 +22,7 @@ from ..models import AgentSession, Chunk, Client, Document, KnowledgeBase, Route
 from ..retrieval.embedders import EmbedderError, get_embedder
 from ..retrieval.hybrid import Hit, HybridSearch, searchable_knowledge_bases
 from ..retrieval.lexical import lexical_ranking
+from ..retrieval.vector import vector_literal
 from ..retrieval.visibility import (
     VISIBLE_SQL,
     Visibility,
@@ -260,8 +261,7 @@ def _similarities(query: str, kbs: list[KnowledgeBase], chunk_ids: list[int]) ->
             vector = embedder.embed_query(query)
         except EmbedderError:
             continue
-        literal = "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
-        params = {"vector": literal, "ids": chunk_ids, "dimensions": len(vector)}
+        params = {"vector": vector_literal(vector), "ids": chunk_ids, "dimensions": len(vector)}
         with connection.cursor() as cursor:
             cursor.execute(_SIMILARITY, params)
             similarities.update((chunk, round(value, 4)) for chunk, value in cursor.fetchall())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bailing_knowledge.constants import INDEXED_EMBEDDING_DIMENSIONS
@@ -56,6 +56,28 @@ def test_hashing_vectors_have_unit_length(text):
     assert len(vector) == 384
     assert all(math.isfinite(x) for x in vector)
     assert math.isclose(norm(vector), 1.0, rel_tol=1e-9)
+
+
+def _dense_reference(embedder: HashingEmbedder, text: str) -> list[float]:
+    """The vector as its definition computes it, over every bucket: damped counts of the
+    + and - slots, their difference, scaled to unit length."""
+    dimensions = embedder.dimensions
+    slots = [0.0] * (2 * dimensions + 1)
+    for slot, count in embedder._slot_counts(text).items():
+        slots[slot] += 1.0 + math.log(count)
+    vector = [a - b for a, b in zip(slots[:dimensions], slots[dimensions:-1], strict=True)]
+    length = math.hypot(*vector)
+    return [x * (1.0 / length) for x in vector] if length else embedder.embed_query("")
+
+
+@given(st.text(max_size=300) | st.text(alphabet="退货政策三十天内可 abc", max_size=80))
+@example("refund policy")  # few buckets: computed alone
+@example(" ".join(f"word{n}" for n in range(60)))  # a quarter of them or more: all
+def test_hashing_vectors_computed_over_touched_buckets_equal_the_definition(text):
+    embedder = HashingEmbedder()
+    vector = embedder.embed_query(text)
+    # Bit for bit: stored vectors were computed over every bucket.
+    assert [x.hex() for x in vector] == [x.hex() for x in _dense_reference(embedder, text)]
 
 
 @pytest.mark.parametrize("text", ["", "   ", "?!… — 😀👍🏽", "\u200b"])
