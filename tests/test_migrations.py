@@ -8,6 +8,7 @@ from django.db import connection
 
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.models import Chunk, Document, LexiconTerm
+from bailing_knowledge.retrieval.hybrid import HybridSearch
 from bailing_knowledge.retrieval.lexical import lexical_ranking
 from bailing_knowledge.retrieval.visibility import Visibility
 
@@ -125,3 +126,29 @@ def test_the_document_checks_migrate_back_and_forth():
     finally:
         call_command("migrate", "bailing_knowledge", verbosity=0)
     assert _document_check_objects() == (True, True)
+
+
+def _search_functions() -> tuple[bool, bool]:
+    """Whether the fetch and the term statistics functions (0013) exist."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT to_regprocedure('bailing_knowledge_fetch_hits(bigint[], bigint[])')"
+            " IS NOT NULL,"
+            " to_regprocedure('bailing_knowledge_term_statistics(bigint[], text[])') IS NOT NULL"
+        )
+        return cursor.fetchone()
+
+
+def test_the_search_functions_migrate_back_and_forth(kb):
+    upsert_document(kb, "returns.md", "Returns", "Parcels may be returned within thirty days.")
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # see _insert_old_rows
+    assert _search_functions() == (True, True)
+    call_command("migrate", "bailing_knowledge", "0012_document_queued_hash", verbosity=0)
+    try:
+        assert _search_functions() == (False, False)
+    finally:
+        call_command("migrate", "bailing_knowledge", verbosity=0)
+    assert _search_functions() == (True, True)
+    hits = HybridSearch("returned parcels", [kb], Visibility()).run(max_hits=3).hits
+    assert [hit.title for hit in hits] == ["Returns"]

@@ -23,11 +23,10 @@ TOTALS = ""
 #: (8 MB in all); past it, it starts afresh.
 REMEMBERED = 32_768
 
+# Per term over the KBs: chunks, summed length, highest level. A function of migration
+# 0013, whose plan the connection keeps (planning the statement cost as much as running it).
 _STATISTICS = """/* bk:lexicon */
-SELECT term, sum(chunks), sum(length), max(top)
-FROM bailing_knowledge_lexicon
-WHERE knowledge_base_id = ANY(%(kbs)s::bigint[]) AND term = ANY(%(terms)s::text[])
-GROUP BY term
+SELECT * FROM bailing_knowledge_term_statistics(%(kbs)s::bigint[], %(terms)s::text[])
 """
 
 
