@@ -85,13 +85,28 @@ class EncodedTerms:
     length: int
 
 
+class _Opened(dict[str, str]):
+    """term -> its quoted form without the closing quote (`quoted` minus its last `'`): a
+    term's lexemes are that plus `|NN'`, since the separator and digits need no escaping.
+    Terms recur from chunk to chunk, so each is escaped once per process (bounded)."""
+
+    def __missing__(self, term: str) -> str:
+        if len(self) >= 1 << 16:
+            self.clear()
+        opened = self[term] = quoted(term)[:-1]
+        return opened
+
+
+_opened = _Opened()
+
+
 def encode_terms(terms: Sequence[str]) -> EncodedTerms:
     """The lexical columns of a chunk indexed under `terms` (in order, with repetitions)."""
     length = len(terms)
-    counts = [(term, min(tf, MAX_TF)) for term, tf in Counter(terms).items()]
+    counts = [(_opened[term], min(tf, MAX_TF)) for term, tf in Counter(terms).items()]
     return EncodedTerms(
-        " ".join(quoted(lexeme(term, level(tf, length))) for term, tf in counts),
-        " ".join(quoted(term) + ":" + _POSITIONS[tf] for term, tf in counts),
+        " ".join(f"{term}{SEPARATOR}{level(tf, length):02d}'" for term, tf in counts),
+        " ".join(f"{term}':{_POSITIONS[tf]}" for term, tf in counts),
         length,
     )
 

@@ -33,6 +33,23 @@ def test_encoded_terms_round_trip_through_postgresql():
     assert total == encoded.length == len(terms)
 
 
+@pytest.mark.django_db
+def test_terms_with_quotes_and_backslashes_are_encoded_as_themselves():
+    # The analysis never yields them, but the encoding must not depend on it.
+    terms = ["it's", "back\\slash", "''", "plain", "plain"]
+    encoded = encode_terms(terms)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT array_agg(lexeme) FROM unnest(%s::tsvector)"
+            " UNION ALL SELECT array_agg(lexeme || ':' || array_length(positions, 1))"
+            " FROM unnest(%s::tsvector)",
+            [encoded.levels, encoded.terms],
+        )
+        (levels,), (counts,) = cursor.fetchall()
+    assert set(levels) == {f"{t}|{level(terms.count(t), 5):02d}" for t in terms}
+    assert set(counts) == {f"{t}:{terms.count(t)}" for t in terms}
+
+
 @given(
     tf=st.integers(1, MAX_TF - 50),
     extra=st.integers(0, 10**6),
