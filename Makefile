@@ -10,7 +10,7 @@ SCALES ?= 10k,100k
 # wordllama, hashing, or a backend's dotted path.
 EMBEDDER ?=
 
-.PHONY: install demo test test-django6 stress lint format migrations-check bench bench-quality bench-embedders screenshots bench-serving dist check-install clean
+.PHONY: install install-django6 demo test test-django6 stress lint format migrations-check bench bench-quality bench-embedders screenshots bench-serving dist check-install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ $(STAMP6): pyproject.toml
 	$(PY6) -m pip install --quiet --upgrade pip
 	$(PY6) -m pip install --quiet -e '.[dev]' 'Django>=6,<7'
 	touch $(STAMP6)
+
+## The Django 6 virtualenv alone (and its interpreter, built if missing): CI prepares it while
+## the first suite runs.
+install-django6: $(STAMP6)
 
 ## The whole test suite again under the latest Django 6.x (CI runs both).
 test-django6: $(STAMP6)
