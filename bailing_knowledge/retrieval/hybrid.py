@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg.errors
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
@@ -229,7 +229,7 @@ class HybridSearch:
         rankings: dict[int, tuple[float, list[int]]] = {}
         pending = list(range(len(legs)))
         while True:
-            with search_transaction() as tx, connection.cursor() as cursor:
+            with search_transaction() as tx, tx.db.cursor() as cursor:
                 if not self._run_legs(tx, cursor, legs, pending, rankings):
                     # A timeout aborted the transaction: the legs left run in a new one.
                     tx.rollback()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 from psycopg import ClientCursor, IsolationLevel, capabilities, errors, generators
 from psycopg.adapt import Transformer
 from psycopg.pq import ExecStatus, TransactionStatus
@@ -79,7 +79,10 @@ class SearchTransaction:
     parameters are bound on the server (`server_side_binding`), each statement goes alone.
     """
 
-    def __init__(self, *, batches: bool, own: bool) -> None:
+    def __init__(self, *, batches: bool, own: bool, db: Any = None) -> None:
+        #: The Django connection it runs on: the default one, resolved once (each access
+        #: through `django.db.connection` looks it up again).
+        self.db = connections[DEFAULT_DB_ALIAS] if db is None else db
         #: Statements may share a query string (client-side binding).
         self.batches = batches
         #: This object writes BEGIN and COMMIT (else Django's `atomic` does).
@@ -125,7 +128,7 @@ class SearchTransaction:
             return results
         self.answered = 0
         raw = getattr(cursor, "cursor", cursor)
-        with connection.wrap_database_errors:
+        with self.db.wrap_database_errors:
             parts = [raw.mogrify(sql, params) for sql, params in statements]
         lead = 0
         if self.own and not self._begun:
@@ -163,7 +166,8 @@ class SearchTransaction:
 
         A connection that cannot end the transaction is closed: handed on, it would run the
         next request's statements inside this one (or in its aborted state)."""
-        raw = connection.connection
+        db = self.db
+        raw = db.connection
         if raw is None or raw.closed:
             return
         status = raw.info.transaction_status
@@ -173,10 +177,10 @@ class SearchTransaction:
         try:
             if status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
                 raise DatabaseError(f"the connection is in no state to {ending}")
-            with connection.cursor() as cursor:
+            with db.cursor() as cursor:
                 cursor.execute(ending)
         except BaseException:
-            connection.close()
+            db.close()
             if not failed:
                 raise
 
@@ -316,9 +320,10 @@ def _log(db: Any, sql: str, params: Any, elapsed: float) -> None:
     )
 
 
-def batches_supported() -> bool:
-    """Whether Django binds parameters on the client here (its default)."""
-    factory = getattr(connection.connection, "cursor_factory", None)
+def batches_supported(db: Any = None) -> bool:
+    """Whether Django binds parameters on the client here (its default), on `db` (a Django
+    connection; the default one if None)."""
+    factory = getattr((db or connection).connection, "cursor_factory", None)
     return isinstance(factory, type) and issubclass(factory, ClientCursor)
 
 
@@ -337,20 +342,21 @@ def search_transaction() -> Iterator[SearchTransaction]:
     end: it only reads, and the rollback also undoes its settings (`set_config(..., true)`
     lasts until the end of the transaction, not of the savepoint).
     """
-    connection.ensure_connection()
-    raw = connection.connection
-    batches = batches_supported()
+    db = connections[DEFAULT_DB_ALIAS]
+    db.ensure_connection()
+    raw = db.connection
+    batches = batches_supported(db)
     if (
-        connection.in_atomic_block
+        db.in_atomic_block
         or not raw.autocommit
         or raw.info.transaction_status != TransactionStatus.IDLE
     ):
         with transaction.atomic():
-            yield SearchTransaction(batches=batches, own=False)
+            yield SearchTransaction(batches=batches, own=False, db=db)
             transaction.set_rollback(True)
         return
     if batches:
-        own = SearchTransaction(batches=True, own=True)
+        own = SearchTransaction(batches=True, own=True, db=db)
         try:
             yield own
         except BaseException:
@@ -362,7 +368,7 @@ def search_transaction() -> Iterator[SearchTransaction]:
     raw.isolation_level = IsolationLevel.REPEATABLE_READ
     try:
         with transaction.atomic():
-            yield SearchTransaction(batches=batches, own=False)
+            yield SearchTransaction(batches=batches, own=False, db=db)
     finally:
         # The connection may have been closed or left mid-transaction by an error; only an
         # idle one takes a new isolation level.
