@@ -170,7 +170,9 @@ class LexicalLeg:
         idf = self._idf(planned) if planned is not None else None
         if planned is not None and idf:
             frontier = {term: planned.top[term] for term in idf}
-            wanted = rounds.levels_wanted(self._scorer(planned, idf), planned, frontier, 0.0)
+            wanted = rounds.levels_wanted(
+                self._scorer(planned, idf), planned, frontier, 0.0, rounds.FIRST_LEXEMES
+            )
             size = min(FIRST_ROUND, int(knowledge_settings.SEARCH_LEXICAL_READ_BUDGET))
             if wanted and size > 0:
                 self._early = _Early(wanted, frontier, size)
@@ -314,7 +316,13 @@ class LexicalLeg:
                 trusted = early.trusted(frontier)
                 early = None
             else:
-                wanted = rounds.levels_wanted(scorer, progress.stats, frontier, floor)
+                wanted = rounds.levels_wanted(
+                    scorer,
+                    progress.stats,
+                    frontier,
+                    floor,
+                    rounds.ROUND_LEXEMES if self.rounds else rounds.FIRST_LEXEMES,
+                )
                 if not wanted:
                     break
                 self.rounds += 1

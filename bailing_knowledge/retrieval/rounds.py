@@ -31,6 +31,13 @@ from .visibility import DOCUMENT_VISIBLE_SQL, OPEN_DOCUMENT_SQL
 #: rounds to 500 in two.
 ROUND_LEXEMES = 400
 FEW = 300
+#: Lexemes a first round asks for at most. With nothing read yet it wants every level of
+#: every term, several hundred lexemes, but it reads only its first chunks (`lexical.
+#: FIRST_ROUND`), from the heaviest few: over the NFCorpus test queries it had them by the
+#: 13th lexeme at most at 1M chunks and by the 20th at 100k. Asking for fewer keeps its
+#: plan, its parameters and the text PostgreSQL parses small; should they hold fewer chunks
+#: than the round reads, it reads them all and the next round goes on from there.
+FIRST_LEXEMES = 64
 
 
 # Whether the document of chunk `c` lets it be seen (`_CHECKED`: or NULL when `check` is
@@ -144,11 +151,16 @@ WHERE c.search_vector @@ %(tsquery)s::tsquery AND c.knowledge_base_id = ANY(%(kb
 
 
 def levels_wanted(
-    scorer: Scorer, stats: Statistics, frontier: dict[str, int], floor: float
+    scorer: Scorer,
+    stats: Statistics,
+    frontier: dict[str, int],
+    floor: float,
+    limit: int = ROUND_LEXEMES,
 ) -> list[tuple[float, str, int]]:
-    """Every unread level whose bound reaches `floor`, heaviest bound first (ties in the
-    order of the terms, then of the levels): a round reads them in that order until its size
-    is reached. A term found in few chunks is one lookup for all its levels (value -1)."""
+    """The `limit` first of every unread level whose bound reaches `floor`, heaviest bound
+    first (ties in the order of the terms, then of the levels): a round reads them in that
+    order until its size is reached. A term found in few chunks is one lookup for all its
+    levels (value -1)."""
     levels: list[tuple[float, str, int]] = []
     for term, highest in frontier.items():
         if highest < 0:
@@ -160,13 +172,14 @@ def levels_wanted(
             continue
         # A term's bounds never fall with its level (`Scorer.bounds`): the levels that reach
         # `floor` are those from the first that does up to `highest`.
-        lowest = bisect_left(bounds, floor, 0, highest + 1)
+        # No more than `limit` of them: a term's later levels sort after its own earlier ones.
+        lowest = max(bisect_left(bounds, floor, 0, highest + 1), highest + 1 - limit)
         if lowest <= highest:
             stop = lowest - 1 if lowest else None
             levels += zip(bounds[highest:stop:-1], repeat(term), range(highest, lowest - 1, -1))
     # Stable, as is `reverse`: ties keep the order they were listed in.
     levels.sort(key=itemgetter(0), reverse=True)
-    return levels[:ROUND_LEXEMES]
+    return levels[:limit]
 
 
 @dataclass

@@ -33,11 +33,12 @@ def test_array_literals_round_trip_through_postgresql(items):
     tops=st.lists(st.integers(-2, 99), min_size=1, max_size=6),
     dfs=st.lists(st.integers(1, 3 * rounds.FEW), min_size=6, max_size=6),
     floor=st.floats(0.0, 4.0, allow_nan=False),
+    limit=st.sampled_from([0, 1, 7, rounds.FIRST_LEXEMES, rounds.ROUND_LEXEMES]),
 )
-def test_a_round_wants_every_level_over_the_floor_heaviest_first(tops, dfs, floor):
+def test_a_round_wants_every_level_over_the_floor_heaviest_first(tops, dfs, floor, limit):
     """The levels a round asks for, against their definition: every unread level whose bound
     reaches the floor (a term of few chunks: one lookup for all of them), heaviest first,
-    ties in the order of the terms and then of the levels."""
+    ties in the order of the terms and then of the levels, the `limit` first of them."""
     terms = [f"t{index}" for index in range(len(tops))]
     idf = {term: 0.5 + index for index, term in enumerate(terms)}
     scorer = Scorer(Bm25(1.2, 0.75), 120.0, idf)
@@ -57,8 +58,9 @@ def test_a_round_wants_every_level_over_the_floor_heaviest_first(tops, dfs, floo
             and (stats.df[term] > rounds.FEW or value == frontier[term])
         ),
         key=lambda item: -item[0],
-    )[: rounds.ROUND_LEXEMES]
-    assert rounds.levels_wanted(scorer, stats, frontier, floor) == expected
+    )
+    assert rounds.levels_wanted(scorer, stats, frontier, floor) == expected[: rounds.ROUND_LEXEMES]
+    assert rounds.levels_wanted(scorer, stats, frontier, floor, limit) == expected[:limit]
 
 
 def test_a_gated_round_counts_terms_only_where_the_bound_reaches_the_gate(kb):
