@@ -7,6 +7,7 @@ authentication and the services all ask here, never decide for themselves.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -19,6 +20,7 @@ from django.utils import timezone
 
 from .models import AgentSession, Client, KnowledgeBase, Route, Task
 from .prefetch import PrefetchedLists
+from .statements import first_row
 
 # Every rule is in SQL, in the PL/pgSQL functions of migration 0006: PostgreSQL keeps the
 # plan of a function's query for the life of the connection, where a statement sent with its
@@ -60,12 +62,14 @@ def session_database() -> str:
     return router.db_for_read(AgentSession)
 
 
-def _fetch(model: type[Model], sql: str, params: list[Any]) -> tuple[str, dict[str, Any]] | None:
-    """The function's answer, with the database alias it was read from."""
+def _fetch(
+    model: type[Model], sql: str, params: list[Any], meanwhile: Callable[[], None] | None = None
+) -> tuple[str, dict[str, Any]] | None:
+    """The function's answer, with the database alias it was read from; `meanwhile` is
+    called while the server works on it (`statements.first_row`)."""
     alias = router.db_for_read(model)
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql, params)
-        (answer,) = cursor.fetchone()
+        (answer,) = first_row(cursor, sql, params, meanwhile=meanwhile)
     if isinstance(answer, str | bytes):  # a host may have changed psycopg's json loader
         answer = json.loads(answer)
     return None if answer is None else (alias, answer)
@@ -128,9 +132,12 @@ def _route(alias: str, answer: dict[str, Any]) -> Route | None:
     return route
 
 
-def live_session(token_hash: str, now: datetime) -> AgentSession | None:
-    """The session stored under `token_hash` if it is live at `now`, its client cached."""
-    fetched = _fetch(AgentSession, _LIVE_SESSION, [token_hash, now])
+def live_session(
+    token_hash: str, now: datetime, *, meanwhile: Callable[[], None] | None = None
+) -> AgentSession | None:
+    """The session stored under `token_hash` if it is live at `now`, its client cached;
+    `meanwhile` as for `live_session_and_route`."""
+    fetched = _fetch(AgentSession, _LIVE_SESSION, [token_hash, now], meanwhile)
     return None if fetched is None else _session(*fetched)
 
 
@@ -161,13 +168,20 @@ def task_admits(task: Task | None, session: AgentSession) -> bool:
     )
 
 
-def live_session_and_route(token_hash: str, now: datetime, route_key: str) -> AgentSession | None:
+def live_session_and_route(
+    token_hash: str,
+    now: datetime,
+    route_key: str,
+    *,
+    meanwhile: Callable[[], None] | None = None,
+) -> AgentSession | None:
     """`live_session`, answering `admitted_route(session, route_key)` in the same statement.
 
     The answer stays on this session instance, which lives for one request, for
-    `checked_route` to hand to the route permission.
+    `checked_route` to hand to the route permission. `meanwhile` is called while the
+    statement runs; it must not use the database connection (`statements.run_each`).
     """
-    fetched = _fetch(AgentSession, _LIVE_SESSION_AND_ROUTE, [token_hash, now, route_key])
+    fetched = _fetch(AgentSession, _LIVE_SESSION_AND_ROUTE, [token_hash, now, route_key], meanwhile)
     if fetched is None:
         return None
     session = _session(*fetched)

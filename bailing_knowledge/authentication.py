@@ -3,11 +3,14 @@
 `Authorization: Bearer <token>` → SHA-256 → session → client, checked on every request with
 one statement (`access.py`), which also answers the route re-check when the URL names a
 route. Nothing is cached between requests, so revoking a session or disabling a client
-takes effect on the very next call.
+takes effect on the very next call. Work that needs neither the database nor the caller's
+identity (the view validating the request's body) can run while that statement does
+(`work_while_authenticating`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +27,17 @@ from .models import AgentSession, Client, hash_token
 # else is rejected before the database is asked.
 _TOKEN_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _MAX_TOKEN_LENGTH = 256
+
+# Where `work_while_authenticating` leaves the work on the request.
+_MEANWHILE = "_bailing_knowledge_while_authenticating"
+
+
+def work_while_authenticating(request: Request, work: Callable[[], None]) -> None:
+    """Have `work` called while authentication's statement runs (`access`), or before it
+    where the statement cannot be sent without waiting for it; not at all when no statement
+    is sent (no bearer token, or a malformed one). `work` must not use the database and
+    should not raise: a view keeps its outcome, errors included, for later."""
+    setattr(request, _MEANWHILE, work)
 
 
 class AgentUser:
@@ -65,15 +79,21 @@ class AgentBearerAuthentication(BaseAuthentication):
             token = parts[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed() from None
-        return self.authenticate_credentials(token, route_key=_route_key(request))
+        return self.authenticate_credentials(
+            token, route_key=_route_key(request), meanwhile=getattr(request, _MEANWHILE, None)
+        )
 
     def authenticate_credentials(
-        self, token: str, route_key: str | None = None
+        self,
+        token: str,
+        route_key: str | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> tuple[AgentUser, AgentSession]:
         """Return the token's live session; with `route_key`, check that route in passing.
 
         The route's answer rides on the session for `AgentRoutePermission`, which turns a
         refusal into 403: a live session with a route it may not use is still authenticated.
+        `meanwhile` is called while the statement runs (`work_while_authenticating`).
         """
         if (
             not token.startswith(constants.ACCESS_TOKEN_PREFIX)
@@ -83,9 +103,11 @@ class AgentBearerAuthentication(BaseAuthentication):
             raise exceptions.AuthenticationFailed()
         now = timezone.now()
         if route_key is None:
-            session = access.live_session(hash_token(token), now)
+            session = access.live_session(hash_token(token), now, meanwhile=meanwhile)
         else:
-            session = access.live_session_and_route(hash_token(token), now, route_key)
+            session = access.live_session_and_route(
+                hash_token(token), now, route_key, meanwhile=meanwhile
+            )
         if session is None:
             raise exceptions.AuthenticationFailed()
         self._touch(session, now)

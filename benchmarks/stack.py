@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bailing_knowledge.retrieval.session import answer_rows
+from bailing_knowledge.statements import answer_rows
 
 from .common import raw_connection, use_database
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import django
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.utils import deprecation
 
 from bailing_knowledge import services
@@ -72,3 +73,21 @@ def issued(agent_client, route):
         audience="staff",
         routes=[route],
     )
+
+
+@pytest.fixture
+def prepared_statements():
+    """Django's connection as a deployment without a transaction pooler may set it: parameters
+    bound on the server (`server_side_binding`) and each statement prepared at its first run
+    (psycopg's `prepare_threshold` 0). Yields a function that switches it on."""
+    options = connection.settings_dict["OPTIONS"]
+    saved = dict(options)
+
+    def switch_on() -> None:
+        connection.close()
+        options.update(server_side_binding=True, prepare_threshold=0)
+
+    yield switch_on
+    connection.close()
+    options.clear()
+    options.update(saved)

@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "renderers",
             "signals",
             "signing",
+            "statements",
         },
     ),
     ("retrieval", {"retrieval"}),

@@ -104,7 +104,7 @@ COMBINED_POSTINGS = 10_000
 #: (`rounds.VISIBLE`); the closing round always checks its rows, which are few.
 CHECKED_ROWS = FIRST_ROUND
 #: Rows scored at a time while a round's answer still arrives (`session.stream_rows`, and
-#: `session.run_each` for a first round sent with the opening statements): the scoring
+#: `statements.run_each` for a first round sent with the opening statements): the scoring
 #: overlaps the server's reading. Against waiting for the whole answer (alternating
 #: per query, the 323 NFCorpus test queries), the leg's p95 fell from 13.3 to 11.3 ms at 1M
 #: chunks and from 11.8 to 10.0 ms at 100k, its median from 7.3 to 6.4 ms at 1M, with the

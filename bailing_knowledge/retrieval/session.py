@@ -4,19 +4,25 @@ are used as they arrive."""
 
 from __future__ import annotations
 
-import functools
-import logging
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
-from psycopg import ClientCursor, IsolationLevel, capabilities, errors, generators
-from psycopg.adapt import Transformer
-from psycopg.pq import ExecStatus, TransactionStatus
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from psycopg import IsolationLevel, capabilities
+from psycopg.pq import TransactionStatus
 
 from ..conf import knowledge_settings
+from ..statements import (
+    Answer,
+    Arrival,
+    Part,
+    answer_rows,
+    client_binding,
+    connection_of,
+    run_each,
+    run_wrapped,
+)
 
 _CONFIGURE = (
     "/* bk:configure */ SELECT set_config('statement_timeout', %s, true), "
@@ -50,21 +56,11 @@ def configure_search(cursor: Any) -> None:
 
 #: A statement and its parameters, as a cursor's `execute` takes them.
 Statement = tuple[str, Any]
-#: The rows of a statement (None for one that returns none).
-Answer = list[tuple[Any, ...]] | None
-#: Called with a statement's place in its batch and its answer, as soon as that answer is in.
-Arrival = Callable[[int, Answer], None]
-#: Called with a statement's place and a batch of its rows, as they arrive (`run_each`).
-Part = Callable[[int, list[tuple[Any, ...]]], None]
-
 #: How a search begins its own transaction: the isolation level rides on the BEGIN itself.
 BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 #: Between the statements of one query string, on a line of its own: a statement that ends
 #: in a `--` comment cannot swallow it.
 SEPARATOR = "\n;\n"
-
-# Where Django's debug cursor logs each statement.
-_backends_log = logging.getLogger("django.db.backends")
 
 
 class SearchTransaction:
@@ -185,148 +181,6 @@ class SearchTransaction:
                 raise
 
 
-def answer_rows(cursor: Any) -> list[tuple[Any, ...]] | None:
-    """The rows of the cursor's current result (a Django or a psycopg cursor), None for a
-    statement that returns none.
-
-    Asked of the result's status: psycopg builds `description` anew on every access. The
-    benchmarks read the answers of their replays the same way."""
-    raw = getattr(cursor, "cursor", cursor)
-    result = raw.pgresult
-    if result is None or result.status != ExecStatus.TUPLES_OK:
-        return None
-    return cursor.fetchall()
-
-
-def run_each(
-    cursor: Any, text: str, answered: Arrival, part: Part | None = None, batch: int = 0
-) -> None:
-    """Send the statements of the query string `text` in one round trip and hand each answer
-    to `answered` as soon as it is read, with its place in `text`; with `part`, also each
-    statement's rows, `batch` at a time (libpq 17+; else all at once), as they arrive.
-
-    Read this way, each answer is known by its statement, so a caller can tell which one
-    failed (`SearchTransaction.answered`), which a driver cursor's `execute` does not say.
-    The server sends a query string's answers together once its last statement has run,
-    except what fills its output buffer: the rows of the last statement leave as it finds
-    them, so a caller can work on them while it reads on. (A pipeline with a flush after
-    each statement would hand every answer on early, but costs more than it saves:
-    docs/performance.md.) The query runs as Django runs any: inside the connection's
-    execute wrappers (the request's database deadline among them) and with Django's
-    database errors. However it fails, every answer is read before this returns, so the
-    connection is left ready for its next statement (unless the connection itself broke,
-    which Django then discards). `answered` and `part` run while the connection is busy (and
-    its lock held): they must not use it."""
-    raw = getattr(cursor, "cursor", cursor)
-    db = _database(cursor)
-
-    def execute(sql: str, params: Any, many: bool, context: Any) -> None:
-        with db.wrap_database_errors:
-            _receive(raw, sql, answered, part, batch)
-
-    _run_wrapped(cursor, execute, text, None)
-
-
-def _receive(raw: Any, text: str, answered: Arrival, part: Part | None, batch: int) -> None:
-    conn = raw.connection
-    pgconn = conn.pgconn
-    encoding = conn.info.encoding
-    loader = Transformer(raw)
-    failure: BaseException | None = None
-    rows: list[tuple[Any, ...]] = []
-    with conn.lock:
-        pgconn.send_query(text.encode(encoding))
-        if part is not None and batch > 0 and capabilities.has_stream_chunked():
-            pgconn.set_chunked_rows_mode(batch)
-        conn.wait(generators.send(pgconn))
-        index = 0
-        while True:
-            try:
-                result = conn.wait(generators.fetch(pgconn))
-            except errors.Error as exc:
-                if failure is None:
-                    raise
-                # The connection broke after an error already in hand (a server that ends
-                # the session sends its reason, then closes): that error is the cause.
-                raise failure from exc
-            if result is None:
-                break
-            status = result.status
-            if status == ExecStatus.FATAL_ERROR:
-                failure = failure or errors.error_from_result(result, encoding=encoding)
-            elif failure is None:
-                try:
-                    if status in _ROWS:
-                        loader.set_pgresult(result)
-                        loaded = loader.load_rows(0, result.ntuples, tuple)
-                        if part is not None and loaded:
-                            part(index, loaded)
-                        rows += loaded
-                    if status not in _PARTS:
-                        answered(index, rows if status == ExecStatus.TUPLES_OK else None)
-                        rows = []
-                except BaseException as exc:  # raised once the server is done
-                    failure = exc
-            if status not in _PARTS:
-                index += 1
-    if failure is not None:
-        raise failure
-
-
-# Results that carry rows, and those that are only a part of a statement's answer (read in
-# chunks: `run_each`'s `part`).
-_PARTS = (ExecStatus.TUPLES_CHUNK, ExecStatus.SINGLE_TUPLE)
-_ROWS = (ExecStatus.TUPLES_OK, *_PARTS)
-
-
-def _database(cursor: Any) -> Any:
-    """The Django connection of `cursor` (a Django cursor), else the default one."""
-    return getattr(cursor, "db", connection)
-
-
-def _run_wrapped(cursor: Any, execute: Callable[..., None], sql: str, params: Any) -> None:
-    """`execute(sql, params, ...)` as Django's own cursor runs a statement (its
-    `_execute_with_wrappers` is private): refused in a transaction that must roll back,
-    inside the connection's execute wrappers, and logged where Django logs queries
-    (`DEBUG`, `CaptureQueriesContext`)."""
-    db = _database(cursor)
-    db.validate_no_broken_transaction()
-    call: Callable[..., None] = execute
-    for wrapper in reversed(db.execute_wrappers):
-        call = functools.partial(wrapper, call)
-    started = time.monotonic()
-    try:
-        call(sql, params, False, {"connection": db, "cursor": cursor})
-    finally:
-        if db.queries_logged:
-            _log(db, sql, params, time.monotonic() - started)
-
-
-def _log(db: Any, sql: str, params: Any, elapsed: float) -> None:
-    """Log a statement as Django's debug cursor does, with its parameters in place (composed
-    on the client whatever the binding). Logging never replaces the statement's outcome."""
-    try:
-        text = sql if params is None else db.ops.compose_sql(sql, params)
-    except Exception:  # a query that cannot be shown is logged as sent
-        text = sql
-    db.queries_log.append({"sql": text, "time": f"{elapsed:.3f}"})
-    _backends_log.debug(
-        "(%.3f) %s; args=%s; alias=%s",
-        elapsed,
-        text,
-        params,
-        db.alias,
-        extra={"duration": elapsed, "sql": text, "params": params, "alias": db.alias},
-    )
-
-
-def batches_supported(db: Any = None) -> bool:
-    """Whether Django binds parameters on the client here (its default), on `db` (a Django
-    connection; the default one if None)."""
-    factory = getattr((db or connection).connection, "cursor_factory", None)
-    return isinstance(factory, type) and issubclass(factory, ClientCursor)
-
-
 @contextmanager
 def search_transaction() -> Iterator[SearchTransaction]:
     """A transaction whose statements all see one snapshot (REPEATABLE READ).
@@ -345,7 +199,7 @@ def search_transaction() -> Iterator[SearchTransaction]:
     db = connections[DEFAULT_DB_ALIAS]
     db.ensure_connection()
     raw = db.connection
-    batches = batches_supported(db)
+    batches = client_binding(db)
     if (
         db.in_atomic_block
         or not raw.autocommit
@@ -392,7 +246,7 @@ def stream_rows(
     batches needs libpq 17 or newer; with an older one the rows come after the last.
     """
     raw = getattr(cursor, "cursor", cursor)
-    db = _database(cursor)
+    db = connection_of(cursor)
 
     def execute(sql: str, params: Any, many: bool, context: Any) -> None:
         with db.wrap_database_errors:
@@ -411,4 +265,4 @@ def stream_rows(
             if rows:
                 consume(rows)
 
-    _run_wrapped(cursor, execute, sql, params)
+    run_wrapped(cursor, execute, sql, params)

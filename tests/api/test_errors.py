@@ -7,9 +7,10 @@ import logging
 from unittest import mock
 
 import pytest
-from django.db import DataError, OperationalError
+from django.db import DataError, OperationalError, connection
+from psycopg.pq import TransactionStatus
 
-from .conftest import BASE, assert_error
+from .conftest import BASE, AgentCaller, assert_error
 
 pytestmark = pytest.mark.django_db
 
@@ -165,3 +166,88 @@ def test_database_errors_are_logged_without_what_the_client_sent(agent, route, c
     logged = "\n".join(caplog.text.splitlines()) + json.dumps([r.getMessage() for r in ours])
     assert marker not in logged
     assert "DataError" in logged
+
+
+SEARCH = "/workspaces/{route}/knowledge/search"
+# A blank query and a field that is not accepted.
+INVALID_BODY = {"query": "", "client_id": "x"}
+UNKNOWN_TOKEN = "bka_" + "A" * 43  # well formed, so authentication's statement runs
+
+
+@pytest.mark.parametrize("token", [None, "not-a-token", UNKNOWN_TOKEN])
+def test_an_invalid_body_is_refused_only_after_authentication(anonymous, route, token):
+    """The body is validated while authentication's statement runs, but its error waits:
+    an unauthenticated call is 401 whatever its body."""
+    response = anonymous.post(SEARCH.format(route="orders"), INVALID_BODY, token=token)
+    assert_error(response, 401, "unauthorized")
+    response = anonymous.call(
+        "post", SEARCH.format(route="orders"), token=token, headers={"Content-Type": "text/plain"}
+    )
+    assert_error(response, 401, "unauthorized")
+
+
+def test_an_invalid_body_is_refused_only_after_the_route_check(agent, second_route):
+    response = agent.post(SEARCH.format(route="billing"), INVALID_BODY)
+    assert_error(response, 403, "route_not_allowed")
+
+
+def test_an_invalid_body_is_refused_only_after_the_throttles(agent, route, settings):
+    settings.BAILING_KNOWLEDGE = {"THROTTLE_RATES": {"session": "1/min", "client": None}}
+    from django.core.cache import cache
+
+    cache.clear()
+    assert agent.post(SEARCH.format(route="orders"), {"query": "refund"}).status_code == 200
+    assert_error(agent.post(SEARCH.format(route="orders"), INVALID_BODY), 429, "rate_limited")
+
+
+def test_an_invalid_body_of_an_allowed_call_is_invalid_request(agent, route):
+    body = assert_error(
+        agent.post(SEARCH.format(route="orders"), INVALID_BODY), 400, "invalid_request"
+    )
+    assert set(body["fields"]) == {"client_id"}
+    body = assert_error(
+        agent.post(SEARCH.format(route="orders"), {"query": ""}), 400, "invalid_request"
+    )
+    assert set(body["fields"]) == {"query"}
+
+
+def test_the_body_is_validated_while_authentications_statement_runs(agent, route, monkeypatch):
+    from bailing_knowledge import views
+    from bailing_knowledge.serializers import SearchRequestSerializer
+
+    seen: list[bool] = []
+
+    class Watched(SearchRequestSerializer):
+        def is_valid(self, **kwargs):
+            status = connection.connection.info.transaction_status
+            seen.append(status == TransactionStatus.ACTIVE)
+            return super().is_valid(**kwargs)
+
+    monkeypatch.setattr(views.SearchView, "body_serializer", Watched)
+    response = agent.post(SEARCH.format(route="orders"), {"query": "refund"})
+    assert response.status_code == 200
+    assert seen == [True]
+
+
+def test_a_large_body_is_validated_after_authentication(agent, route, monkeypatch):
+    """Past `EARLY_BODY_BYTES` the body waits for the token's check: an unknown token costs
+    no parsing of it."""
+    from bailing_knowledge import views
+    from bailing_knowledge.serializers import SearchRequestSerializer
+
+    seen: list[bool] = []
+
+    class Watched(SearchRequestSerializer):
+        def is_valid(self, **kwargs):
+            status = connection.connection.info.transaction_status
+            seen.append(status == TransactionStatus.ACTIVE)
+            return super().is_valid(**kwargs)
+
+    monkeypatch.setattr(views.SearchView, "body_serializer", Watched)
+    monkeypatch.setattr(views, "EARLY_BODY_BYTES", 10)
+    response = agent.post(SEARCH.format(route="orders"), {"query": "refund"})
+    assert response.status_code == 200
+    assert seen == [False]
+    response = AgentCaller(UNKNOWN_TOKEN).post(SEARCH.format(route="orders"), {"query": "x"})
+    assert_error(response, 401, "unauthorized")
+    assert seen == [False]

@@ -144,24 +144,6 @@ def test_a_slow_answer_is_cut_at_the_requests_database_budget(settings, libpq):
         assert 0 < len(batches) < 10
 
 
-@pytest.fixture
-def prepared_statements():
-    """Django's connection as a deployment without a transaction pooler may set it: parameters
-    bound on the server (`server_side_binding`) and each statement prepared at its first run
-    (psycopg's `prepare_threshold` 0). Yields a function that switches it on."""
-    options = connection.settings_dict["OPTIONS"]
-    saved = dict(options)
-
-    def switch_on() -> None:
-        connection.close()
-        options.update(server_side_binding=True, prepare_threshold=0)
-
-    yield switch_on
-    connection.close()
-    options.clear()
-    options.update(saved)
-
-
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("n", "batch"), [(0, 3), (7, 3), (500, 50)])
 def test_with_server_side_binding_the_rows_arrive_the_same_way(

@@ -1,0 +1,105 @@
+"""Statements read answer by answer, and work done while the server runs them."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import DatabaseError, connection
+from psycopg import ClientCursor
+from psycopg.pq import TransactionStatus
+
+from bailing_knowledge import statements
+
+pytestmark = pytest.mark.django_db
+
+TWO = "SELECT 1\n;\nSELECT 2"
+
+
+def _in_flight() -> bool:
+    """Whether the connection has sent a statement whose answer is not read yet."""
+    return connection.connection.info.transaction_status == TransactionStatus.ACTIVE
+
+
+def test_meanwhile_runs_once_the_statements_are_sent_and_before_any_answer_is_read():
+    seen: list[tuple[bool, list]] = []
+    answers: list = []
+    with connection.cursor() as cursor:
+        statements.run_each(
+            cursor,
+            TWO,
+            lambda place, answer: answers.append(answer),
+            meanwhile=lambda: seen.append((_in_flight(), list(answers))),
+        )
+    assert seen == [(True, [])]
+    assert answers == [[(1,)], [(2,)]]
+
+
+def test_an_error_of_meanwhile_is_raised_once_the_server_has_answered():
+    def meanwhile() -> None:
+        raise ValueError("cannot work meanwhile")
+
+    answers: list = []
+    with connection.cursor() as cursor:
+        with pytest.raises(ValueError, match="meanwhile"):
+            statements.run_each(
+                cursor, TWO, lambda place, answer: answers.append(answer), meanwhile=meanwhile
+            )
+        assert answers == []  # nothing handed on after a failure
+        cursor.execute("SELECT 3")  # the connection is ready for its next statement
+        assert cursor.fetchone() == (3,)
+
+
+def test_a_statement_sent_meanwhile_on_the_busy_connection_fails_instead_of_waiting():
+    """The connection's lock is not held while `meanwhile` runs: a statement it sends on the
+    same connection is refused by the driver at once, and the first statement's answer is
+    still read, so the connection stays usable."""
+
+    def meanwhile() -> None:
+        with connection.cursor() as other:
+            other.execute("SELECT 4")
+
+    with connection.cursor() as cursor:
+        with pytest.raises(DatabaseError, match="another command is already in progress"):
+            statements.run_each(cursor, "SELECT 1", lambda place, answer: None, meanwhile=meanwhile)
+        cursor.execute("SELECT 5")
+        assert cursor.fetchone() == (5,)
+
+
+def test_first_row_works_meanwhile_where_parameters_are_bound_on_the_client():
+    seen: list[bool] = []
+    with connection.cursor() as cursor:
+        assert isinstance(cursor.cursor, ClientCursor)
+        row = statements.first_row(
+            cursor, "SELECT %s::int, %s", [7, "it's"], meanwhile=lambda: seen.append(_in_flight())
+        )
+        empty = statements.first_row(cursor, "SELECT 1 WHERE false", None, meanwhile=lambda: None)
+    assert row == (7, "it's") and empty is None
+    assert seen == [True]
+
+
+def test_first_row_without_meanwhile_is_the_cursors_own_fetch(django_assert_num_queries):
+    with django_assert_num_queries(1), connection.cursor() as cursor:
+        assert statements.first_row(cursor, "SELECT %s::text", ["x"]) == ("x",)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_first_row_works_before_the_statement_where_parameters_are_bound_on_the_server(
+    prepared_statements,
+):
+    prepared_statements()
+    seen: list[bool] = []
+    with connection.cursor() as cursor:
+        assert not isinstance(cursor.cursor, ClientCursor)
+        assert not statements.client_binding(connection)
+        row = statements.first_row(
+            cursor, "SELECT %s::int", [8], meanwhile=lambda: seen.append(_in_flight())
+        )
+    assert row == (8,)
+    assert seen == [False]
+
+
+def test_statements_sent_with_work_meanwhile_are_logged_as_django_logs_queries(
+    django_assert_num_queries,
+):
+    with django_assert_num_queries(1) as captured, connection.cursor() as cursor:
+        statements.first_row(cursor, "SELECT %s::int", [9], meanwhile=lambda: None)
+    assert captured.captured_queries[0]["sql"] == "SELECT 9::int"
