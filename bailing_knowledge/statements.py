@@ -21,7 +21,7 @@ from typing import Any
 from django.db import connection
 from psycopg import ClientCursor, capabilities, errors, generators
 from psycopg.adapt import Transformer
-from psycopg.pq import ExecStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 
 #: The rows of a statement (None for one that returns none).
 Answer = list[tuple[Any, ...]] | None
@@ -62,7 +62,9 @@ def run_each(
     `meanwhile` is called once they are sent, before any answer is read: the server runs
     them while it works. It must not use the connection, which is busy with them: a
     statement it sent there would fail (it never waits on it). An error it raises, like one
-    raised by `answered` or `part`, is raised once the server has answered them all.
+    raised by `answered` or `part`, is raised once the server has answered them all. The
+    text is sent as it is: where the driver would begin a transaction before it (autocommit
+    off, none begun yet), the caller writes the `BEGIN`, as `SearchTransaction` does.
 
     Read this way, each answer is known by its statement, so a caller can tell which one
     failed (`SearchTransaction.answered`), which a driver cursor's `execute` does not say.
@@ -92,14 +94,15 @@ def first_row(
     """The first row of the statement `sql` (None if it has none), run as `run_each` runs
     one, with `meanwhile` called while the server runs it. Where parameters are bound on
     the server (`client_binding`), the statement goes through the cursor as usual and
-    `meanwhile` is called first."""
+    `meanwhile` is called first; so it is where the driver would begin a transaction with
+    the statement (autocommit off, none begun yet), which only its own `execute` does."""
     db = connection_of(cursor)
-    if meanwhile is None or not client_binding(db):
+    raw = getattr(cursor, "cursor", cursor)
+    if meanwhile is None or not client_binding(db) or _begins_transaction(raw.connection):
         if meanwhile is not None:
             meanwhile()
         cursor.execute(sql, params)
         return cursor.fetchone()
-    raw = getattr(cursor, "cursor", cursor)
     with db.wrap_database_errors:
         text = raw.mogrify(sql, params)
     rows: list[tuple[Any, ...]] = []
@@ -109,6 +112,11 @@ def first_row(
 
     run_each(cursor, text, answered, meanwhile=meanwhile)
     return rows[0] if rows else None
+
+
+def _begins_transaction(conn: Any) -> bool:
+    """Whether psycopg would send a BEGIN before the next statement on `conn`."""
+    return not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
 
 
 def _receive(
@@ -145,6 +153,10 @@ def _receive(
             except errors.Error as exc:
                 if failure is None:
                     raise
+                if not isinstance(failure, errors.Error):
+                    # The connection broke after the caller's own work failed: the broken
+                    # connection is what Django must see, to discard it.
+                    raise exc from failure
                 # The connection broke after an error already in hand (a server that ends
                 # the session sends its reason, then closes): that error is the cause.
                 raise failure from exc

@@ -52,9 +52,10 @@ from .throttling import ClientRateThrottle, SessionRateThrottle
 
 NO_STORE = "no-store"
 
-#: Bodies of at most this many bytes (by their `Content-Length`) are validated while the
-#: token is checked (`AgentAPIView.body`): a caller whose token turns out unknown costs no
-#: more than the token's check, and an agent's search or read body is a few hundred bytes.
+#: Bodies of at most this many bytes (by their `Content-Length`) are read before the token
+#: is checked and validated while it is (`AgentAPIView.body`): an agent's search or read
+#: body is a few hundred bytes, and a caller whose token turns out unknown costs no more
+#: than reading and parsing that much.
 EARLY_BODY_BYTES = 16 * 1024
 
 
@@ -73,7 +74,9 @@ class AgentAPIView(APIView):
     content_negotiation_class = JSONOnlyNegotiation
     schema = AutoSchema()
     database_deadline = None
-    #: The serializer of the request's body, which `body` validates; None: no body.
+    #: The serializer of the request's body, which `body` validates; None: no body. It may
+    #: run while the database connection is busy with authentication's statement, so it
+    #: should not use the database (one that does is validated again after it).
     body_serializer: type[Serializer] | None = None
     _body: Any = None
     _body_error: Exception | None = None
@@ -98,7 +101,7 @@ class AgentAPIView(APIView):
             return super().dispatch(request, *args, **kwargs)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        if self.body_serializer is not None and _declared_length(request) <= EARLY_BODY_BYTES:
+        if self.body_serializer is not None and _read_small_body(request):
             # The body is parsed and validated while the server runs authentication's
             # statement, instead of after it (`body`).
             work_while_authenticating(request, functools.partial(self._validate_body, request))
@@ -125,11 +128,14 @@ class AgentAPIView(APIView):
     def body(self, request: Request) -> Any:
         """The request's body, validated by `body_serializer`.
 
-        A body of up to `EARLY_BODY_BYTES` is parsed and validated while authentication's
-        statement runs: both are Python, the statement's time is the server's, and the
-        search's median fell by about 4 % (docs/performance.md). An invalid body is refused
-        here all the same, once authentication, the route's permission and the throttles
-        have passed, as when it is validated here."""
+        A body of up to `EARLY_BODY_BYTES` is read before authentication's statement is sent
+        and parsed and validated while it runs: both are Python, the statement's time is the
+        server's, and the search's median fell by about 4 % (docs/performance.md). An
+        invalid body is refused here all the same, once authentication, the route's
+        permission and the throttles have passed, as when it is validated here."""
+        if isinstance(self._body_error, DatabaseError):
+            # Its serializer used the database while it was busy: validated again now.
+            self._body_error = None
         self._validate_body(request)
         if self._body_error is not None:
             raise self._body_error
@@ -287,12 +293,18 @@ class CompleteRunView(AgentAPIView):
         return Response(complete_run(request.auth, run_id, data))
 
 
-def _declared_length(request: Request) -> int:
-    """The body's `Content-Length`; past any limit when it is missing or not a number."""
+def _read_small_body(request: Request) -> bool:
+    """Read a body that declares at most `EARLY_BODY_BYTES` now, before authentication's
+    statement: the client's upload is then never waited for while the database is (whose
+    time counts against the request's `DATABASE_WAIT_MS`). False for a larger body, one
+    without a length, and one that cannot be read now (the parser meets it again later)."""
     try:
-        return int(request.META["CONTENT_LENGTH"])
-    except (KeyError, TypeError, ValueError):
-        return EARLY_BODY_BYTES + 1
+        if int(request.META["CONTENT_LENGTH"]) > EARLY_BODY_BYTES:
+            return False
+        request.body  # noqa: B018 (Django keeps it: the parser reads it from memory)
+    except Exception:
+        return False
+    return True
 
 
 def _plain(data: Any) -> Any:

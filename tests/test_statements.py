@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, OperationalError, connection, transaction
 from psycopg import ClientCursor
 from psycopg.pq import TransactionStatus
 
@@ -68,6 +68,7 @@ def test_first_row_works_meanwhile_where_parameters_are_bound_on_the_client():
     seen: list[bool] = []
     with connection.cursor() as cursor:
         assert isinstance(cursor.cursor, ClientCursor)
+        cursor.execute("SELECT 0")  # the test's transaction is begun (as autocommit would be)
         row = statements.first_row(
             cursor, "SELECT %s::int, %s", [7, "it's"], meanwhile=lambda: seen.append(_in_flight())
         )
@@ -103,3 +104,40 @@ def test_statements_sent_with_work_meanwhile_are_logged_as_django_logs_queries(
     with django_assert_num_queries(1) as captured, connection.cursor() as cursor:
         statements.first_row(cursor, "SELECT %s::int", [9], meanwhile=lambda: None)
     assert captured.captured_queries[0]["sql"] == "SELECT 9::int"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_first_row_in_a_transaction_not_begun_yet_runs_in_it():
+    """With autocommit off and no statement sent yet, the driver's own `execute` begins the
+    transaction; `first_row` leaves the statement to it (and does the work first)."""
+    seen: list[bool] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        row = statements.first_row(
+            cursor,
+            "SELECT set_config('bk.place', %s, true)",
+            ["inside"],
+            meanwhile=lambda: seen.append(_in_flight()),
+        )
+        cursor.execute("SELECT current_setting('bk.place')")
+        assert cursor.fetchone() == ("inside",)
+    assert row == ("inside",) and seen == [False]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_that_breaks_after_the_work_failed_is_raised_as_djangos_error():
+    """Django discards a connection whose statement raised one of its database errors; the
+    work's own error stays the cause."""
+
+    def meanwhile() -> None:
+        raise ValueError("the work failed")
+
+    with connection.cursor() as cursor, pytest.raises(OperationalError) as raised:
+        statements.run_each(
+            cursor,
+            "SELECT pg_terminate_backend(pg_backend_pid())",
+            lambda place, answer: None,
+            meanwhile=meanwhile,
+        )
+    assert connection.errors_occurred
+    assert isinstance(raised.value.__cause__.__cause__, ValueError)
+    connection.close()

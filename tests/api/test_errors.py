@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from unittest import mock
 
 import pytest
@@ -251,3 +252,40 @@ def test_a_large_body_is_validated_after_authentication(agent, route, monkeypatc
     response = AgentCaller(UNKNOWN_TOKEN).post(SEARCH.format(route="orders"), {"query": "x"})
     assert_error(response, 401, "unauthorized")
     assert seen == [False]
+
+
+def test_the_body_is_read_before_the_tokens_check_outside_the_database_budget(
+    agent, route, settings, monkeypatch
+):
+    """A client slow to send its body is not waited for while the database is: the wait
+    budget covers the statement, and a bad token is still 401."""
+    from django.test.client import FakePayload
+
+    settings.BAILING_KNOWLEDGE = {"DATABASE_WAIT_MS": 300}
+    read = FakePayload.read
+
+    def slow_read(self, *args, **kwargs):
+        time.sleep(0.4)
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(FakePayload, "read", slow_read)
+    assert agent.post(SEARCH.format(route="orders"), {"query": "refund"}).status_code == 200
+    response = AgentCaller(UNKNOWN_TOKEN).post(SEARCH.format(route="orders"), {"query": "x"})
+    assert_error(response, 401, "unauthorized")
+
+
+def test_a_body_serializer_that_uses_the_database_is_validated_again_after_authentication(
+    agent, route, monkeypatch
+):
+    from bailing_knowledge import views
+    from bailing_knowledge.serializers import SearchRequestSerializer
+
+    class Querying(SearchRequestSerializer):
+        def validate_query(self, value):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return value
+
+    monkeypatch.setattr(views.SearchView, "body_serializer", Querying)
+    response = agent.post(SEARCH.format(route="orders"), {"query": "refund"})
+    assert response.status_code == 200, response.content
