@@ -7,6 +7,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.utils import deprecation
+from psycopg import capabilities
 
 from bailing_knowledge import services
 from tests.settings_base import start_database
@@ -91,3 +92,11 @@ def prepared_statements():
     connection.close()
     options.clear()
     options.update(saved)
+
+
+@pytest.fixture(params=["chunked", "libpq older than 17"])
+def libpq(request, monkeypatch):
+    """Rows read by batches (libpq 17+), or all at once where libpq cannot."""
+    if request.param != "chunked":
+        monkeypatch.setattr(capabilities, "has_stream_chunked", lambda: False)
+    return request.param

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
+import psycopg
 import pytest
 from django.db import DatabaseError, OperationalError, connection, transaction
 from psycopg import ClientCursor
 from psycopg.pq import TransactionStatus
 
 from bailing_knowledge import statements
+from bailing_knowledge.retrieval.session import SEPARATOR
 
 pytestmark = pytest.mark.django_db
 
@@ -141,3 +145,42 @@ def test_a_connection_that_breaks_after_the_work_failed_is_raised_as_djangos_err
     assert connection.errors_occurred
     assert isinstance(raised.value.__cause__.__cause__, ValueError)
     connection.close()
+
+
+@pytest.mark.django_db
+def test_the_rows_of_the_last_statement_of_a_batch_come_as_the_server_finds_them(libpq):
+    parts: list[tuple[int, list[int], float]] = []
+    answers: list[tuple[int, object, float]] = []
+    started = time.monotonic()
+    # Rows larger than the server's 8 kB output buffer leave it one by one.
+    text = SEPARATOR.join(
+        ["SELECT 1", "SELECT g, repeat('x', 20000), pg_sleep(0.1) FROM generate_series(1, 5) g"]
+    )
+    with connection.cursor() as cursor:
+        statements.run_each(
+            cursor,
+            text,
+            lambda place, answer: answers.append((place, answer, time.monotonic() - started)),
+            lambda place, rows: parts.append(
+                (place, [row[0] for row in rows], time.monotonic() - started)
+            ),
+            batch=1,
+        )
+    assert [(place, len(answer)) for place, answer, _ in answers] == [(0, 1), (1, 5)]
+    assert [row for place, rows, _ in parts if place == 1 for row in rows] == [1, 2, 3, 4, 5]
+    if libpq == "chunked":
+        # The first row came while the server was still finding the others.
+        first = next(at for place, _, at in parts if place == 1)
+        assert answers[1][2] - first >= 0.25
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_server_that_ends_the_session_is_raised_with_its_own_reason():
+    with connection.cursor() as cursor, pytest.raises(OperationalError) as raised:
+        statements.run_each(
+            cursor,
+            "SELECT pg_terminate_backend(pg_backend_pid())" + SEPARATOR + "SELECT 1",
+            lambda place, answer: None,
+        )
+    connection.close()
+    assert isinstance(raised.value.__cause__, psycopg.errors.AdminShutdown)

@@ -212,7 +212,8 @@ def test_an_invalid_body_of_an_allowed_call_is_invalid_request(agent, route):
     assert set(body["fields"]) == {"query"}
 
 
-def test_the_body_is_validated_while_authentications_statement_runs(agent, route, monkeypatch):
+def _watch_validation(monkeypatch) -> list[bool]:
+    """Whether a statement was in flight each time the search's body was validated."""
     from bailing_knowledge import views
     from bailing_knowledge.serializers import SearchRequestSerializer
 
@@ -225,6 +226,11 @@ def test_the_body_is_validated_while_authentications_statement_runs(agent, route
             return super().is_valid(**kwargs)
 
     monkeypatch.setattr(views.SearchView, "body_serializer", Watched)
+    return seen
+
+
+def test_the_body_is_validated_while_authentications_statement_runs(agent, route, monkeypatch):
+    seen = _watch_validation(monkeypatch)
     response = agent.post(SEARCH.format(route="orders"), {"query": "refund"})
     assert response.status_code == 200
     assert seen == [True]
@@ -234,17 +240,8 @@ def test_a_large_body_is_validated_after_authentication(agent, route, monkeypatc
     """Past `EARLY_BODY_BYTES` the body waits for the token's check: an unknown token costs
     no parsing of it."""
     from bailing_knowledge import views
-    from bailing_knowledge.serializers import SearchRequestSerializer
 
-    seen: list[bool] = []
-
-    class Watched(SearchRequestSerializer):
-        def is_valid(self, **kwargs):
-            status = connection.connection.info.transaction_status
-            seen.append(status == TransactionStatus.ACTIVE)
-            return super().is_valid(**kwargs)
-
-    monkeypatch.setattr(views.SearchView, "body_serializer", Watched)
+    seen = _watch_validation(monkeypatch)
     monkeypatch.setattr(views, "EARLY_BODY_BYTES", 10)
     response = agent.post(SEARCH.format(route="orders"), {"query": "refund"})
     assert response.status_code == 200

@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import psycopg
 import pytest
 from django.db import (
     DataError,
@@ -34,14 +33,6 @@ from bailing_knowledge.retrieval.hybrid import HybridSearch, Visibility
 from bailing_knowledge.retrieval.session import stream_rows
 
 SERIES = "SELECT g, repeat('x', g) FROM generate_series(1, %(n)s) AS g"
-
-
-@pytest.fixture(params=["chunked", "libpq older than 17"])
-def libpq(request, monkeypatch):
-    """Rows read by batches (libpq 17+), or all at once where libpq cannot."""
-    if request.param != "chunked":
-        monkeypatch.setattr(session.capabilities, "has_stream_chunked", lambda: False)
-    return request.param
 
 
 @pytest.mark.django_db
@@ -370,33 +361,6 @@ def test_a_batch_answers_each_of_its_statements_in_order():
 
 
 @pytest.mark.django_db
-def test_the_rows_of_the_last_statement_of_a_batch_come_as_the_server_finds_them(libpq):
-    parts: list[tuple[int, list[int], float]] = []
-    answers: list[tuple[int, object, float]] = []
-    started = time.monotonic()
-    # Rows larger than the server's 8 kB output buffer leave it one by one.
-    text = session.SEPARATOR.join(
-        ["SELECT 1", "SELECT g, repeat('x', 20000), pg_sleep(0.1) FROM generate_series(1, 5) g"]
-    )
-    with connection.cursor() as cursor:
-        session.run_each(
-            cursor,
-            text,
-            lambda place, answer: answers.append((place, answer, time.monotonic() - started)),
-            lambda place, rows: parts.append(
-                (place, [row[0] for row in rows], time.monotonic() - started)
-            ),
-            batch=1,
-        )
-    assert [(place, len(answer)) for place, answer, _ in answers] == [(0, 1), (1, 5)]
-    assert [row for place, rows, _ in parts if place == 1 for row in rows] == [1, 2, 3, 4, 5]
-    if libpq == "chunked":
-        # The first row came while the server was still finding the others.
-        first = next(at for place, _, at in parts if place == 1)
-        assert answers[1][2] - first >= 0.25
-
-
-@pytest.mark.django_db
 def test_an_answer_of_a_batch_after_a_streamed_statement_comes_whole():
     tx = session.SearchTransaction(batches=True, own=False)
     with transaction.atomic(), connection.cursor() as cursor:
@@ -432,18 +396,6 @@ def test_an_answer_that_cannot_be_read_is_raised_once_the_server_has_answered_th
             tx.run(cursor, [("SELECT 1.5::numeric", None), ("SELECT pg_sleep(0.05)", None)])
         cursor.execute("SELECT 2")  # the connection is ready for its next statement
         assert cursor.fetchone() == (2,)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_server_that_ends_the_session_is_raised_with_its_own_reason():
-    with connection.cursor() as cursor, pytest.raises(OperationalError) as raised:
-        session.run_each(
-            cursor,
-            "SELECT pg_terminate_backend(pg_backend_pid())" + session.SEPARATOR + "SELECT 1",
-            lambda place, answer: None,
-        )
-    connection.close()
-    assert isinstance(raised.value.__cause__, psycopg.errors.AdminShutdown)
 
 
 @pytest.mark.django_db(transaction=True)
