@@ -25,7 +25,7 @@ from psycopg import ClientCursor, pq
 from psycopg.adapt import Loader
 from psycopg.pq import TransactionStatus
 
-from bailing_knowledge import services
+from bailing_knowledge import services, statements
 from bailing_knowledge.deadline import bounded_database_wait
 from bailing_knowledge.ingestion.documents import upsert_document
 from bailing_knowledge.retrieval import session, statistics
@@ -77,7 +77,7 @@ def test_the_wrappers_get_the_connection_as_django_passes_it():
 
     with connection.execute_wrapper(wrapper), connection.cursor() as cursor:
         stream_rows(cursor, SERIES, {"n": 3}, lambda rows: None, 50)
-        session.run_each(cursor, "SELECT 1", lambda place, answer: None)
+        statements.run_each(cursor, "SELECT 1", lambda place, answer: None)
         cursor.execute("SELECT 1")
     assert len(contexts) == 3
     assert all(context["connection"] is connections["default"] for context in contexts)
@@ -91,7 +91,7 @@ def test_a_transaction_that_must_roll_back_refuses_a_statement_as_djangos_cursor
         with pytest.raises(TransactionManagementError):
             stream_rows(cursor, SERIES, {"n": 3}, lambda rows: None, 50)
         with pytest.raises(TransactionManagementError):
-            session.run_each(cursor, "SELECT 1", lambda place, answer: None)
+            statements.run_each(cursor, "SELECT 1", lambda place, answer: None)
 
 
 @pytest.mark.django_db
