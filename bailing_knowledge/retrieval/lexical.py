@@ -62,11 +62,12 @@ from django.db import connection, transaction
 
 from ..conf import knowledge_settings
 from ..models import KnowledgeBase
+from ..statements import Answer
 from . import rounds
 from .analysis import query_terms
 from .arrays import id_array, text_array
 from .bm25 import SLACK, Bm25, Leaders, Scorer, level_floor, reaching_combinations, top
-from .session import Answer, Statement, configure_search, stream_rows
+from .session import Statement, configure_search, stream_rows
 from .statistics import Statistics, recall, remember
 from .visibility import Visibility, group_knowledge_bases
 
