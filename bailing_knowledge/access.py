@@ -14,13 +14,13 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections, models, router
+from django.db import DEFAULT_DB_ALIAS, connections, models, router
 from django.db.models import Field, Model
 from django.utils import timezone
 
 from .models import AgentSession, Client, KnowledgeBase, Route, Task
 from .prefetch import PrefetchedLists
-from .statements import first_row
+from .statements import Follow, first_row
 
 # Every rule is in SQL, in the PL/pgSQL functions of migration 0006: PostgreSQL keeps the
 # plan of a function's query for the life of the connection, where a statement sent with its
@@ -63,13 +63,20 @@ def session_database() -> str:
 
 
 def _fetch(
-    model: type[Model], sql: str, params: list[Any], meanwhile: Callable[[], None] | None = None
+    model: type[Model],
+    sql: str,
+    params: list[Any],
+    meanwhile: Callable[[], None] | None = None,
+    follow: Follow | None = None,
 ) -> tuple[str, dict[str, Any]] | None:
     """The function's answer, with the database alias it was read from; `meanwhile` is
-    called while the server works on it (`statements.first_row`)."""
+    called while the server works on it, and `follow`'s statements are sent behind it on
+    the default database (`statements.first_row`)."""
     alias = router.db_for_read(model)
+    if alias != DEFAULT_DB_ALIAS:
+        follow = None  # they are for the default database's connection
     with connections[alias].cursor() as cursor:
-        (answer,) = first_row(cursor, sql, params, meanwhile=meanwhile)
+        (answer,) = first_row(cursor, sql, params, meanwhile=meanwhile, follow=follow)
     if isinstance(answer, str | bytes):  # a host may have changed psycopg's json loader
         answer = json.loads(answer)
     return None if answer is None else (alias, answer)
@@ -174,14 +181,18 @@ def live_session_and_route(
     route_key: str,
     *,
     meanwhile: Callable[[], None] | None = None,
+    follow: Follow | None = None,
 ) -> AgentSession | None:
     """`live_session`, answering `admitted_route(session, route_key)` in the same statement.
 
     The answer stays on this session instance, which lives for one request, for
     `checked_route` to hand to the route permission. `meanwhile` is called while the
     statement runs; it must not use the database connection (`statements.run_each`).
+    `follow`'s statements are sent right behind it (`statements.first_row`).
     """
-    fetched = _fetch(AgentSession, _LIVE_SESSION_AND_ROUTE, [token_hash, now, route_key], meanwhile)
+    fetched = _fetch(
+        AgentSession, _LIVE_SESSION_AND_ROUTE, [token_hash, now, route_key], meanwhile, follow
+    )
     if fetched is None:
         return None
     session = _session(*fetched)

@@ -10,6 +10,7 @@ identity (the view validating the request's body) can run while that statement d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -28,8 +29,10 @@ from .models import AgentSession, Client, hash_token
 _TOKEN_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _MAX_TOKEN_LENGTH = 256
 
-# Where `work_while_authenticating` leaves the work on the request.
+# Where `work_while_authenticating` leaves the work on the request, and
+# `send_behind_authentication` the statements.
 _MEANWHILE = "_bailing_knowledge_while_authenticating"
+_BEHIND = "_bailing_knowledge_behind_authentication"
 
 
 def work_while_authenticating(request: Request, work: Callable[[], None]) -> None:
@@ -38,6 +41,16 @@ def work_while_authenticating(request: Request, work: Callable[[], None]) -> Non
     is sent (no bearer token, or a malformed one). `work` must not use the database and
     should not raise: a view keeps its outcome, errors included, for later."""
     setattr(request, _MEANWHILE, work)
+
+
+def send_behind_authentication(
+    request: Request, statements: Callable[[Any, str], list[str] | None]
+) -> None:
+    """Have `statements(cursor, token_hash)` called once authentication's statement on a
+    route is sent, and the statements it returns sent right behind it, for the view to
+    claim if the token and the route pass (`statements.first_row`'s `follow`). It must not
+    use the database; it is not called where the statement goes alone."""
+    setattr(request, _BEHIND, statements)
 
 
 class AgentUser:
@@ -80,7 +93,10 @@ class AgentBearerAuthentication(BaseAuthentication):
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed() from None
         return self.authenticate_credentials(
-            token, route_key=_route_key(request), meanwhile=getattr(request, _MEANWHILE, None)
+            token,
+            route_key=_route_key(request),
+            meanwhile=getattr(request, _MEANWHILE, None),
+            behind=getattr(request, _BEHIND, None),
         )
 
     def authenticate_credentials(
@@ -88,12 +104,14 @@ class AgentBearerAuthentication(BaseAuthentication):
         token: str,
         route_key: str | None = None,
         meanwhile: Callable[[], None] | None = None,
+        behind: Callable[[Any, str], list[str] | None] | None = None,
     ) -> tuple[AgentUser, AgentSession]:
         """Return the token's live session; with `route_key`, check that route in passing.
 
         The route's answer rides on the session for `AgentRoutePermission`, which turns a
         refusal into 403: a live session with a route it may not use is still authenticated.
-        `meanwhile` is called while the statement runs (`work_while_authenticating`).
+        `meanwhile` is called while the statement runs (`work_while_authenticating`), and
+        `behind`'s statements are sent behind it (`send_behind_authentication`).
         """
         if (
             not token.startswith(constants.ACCESS_TOKEN_PREFIX)
@@ -102,11 +120,13 @@ class AgentBearerAuthentication(BaseAuthentication):
         ):
             raise exceptions.AuthenticationFailed()
         now = timezone.now()
+        token_hash = hash_token(token)
         if route_key is None:
-            session = access.live_session(hash_token(token), now, meanwhile=meanwhile)
+            session = access.live_session(token_hash, now, meanwhile=meanwhile)
         else:
+            follow = None if behind is None else functools.partial(_behind, behind, token_hash)
             session = access.live_session_and_route(
-                hash_token(token), now, route_key, meanwhile=meanwhile
+                token_hash, now, route_key, meanwhile=meanwhile, follow=follow
             )
         if session is None:
             raise exceptions.AuthenticationFailed()
@@ -123,6 +143,12 @@ class AgentBearerAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return f'{self.keyword} realm="agent-api"'
+
+
+def _behind(
+    statements: Callable[[Any, str], list[str] | None], token_hash: str, cursor: Any
+) -> list[str] | None:
+    return statements(cursor, token_hash)
 
 
 def _route_key(request: Request) -> str | None:

@@ -5,9 +5,13 @@ several statements (Django binds parameters on the client by default, so they ca
 one) has each answer handed on as soon as it is read, the rows of its last statement even
 while the server finds them, and the caller may do other work while the server runs them
 (`run_each`'s `meanwhile`): the request's first statement, authentication's, runs while the
-request's body is validated. Everything runs as Django runs a query: inside the
-connection's execute wrappers (the request's database deadline among them), with Django's
-database errors, and logged where Django logs queries.
+request's body is validated. A first statement may also have others sent right behind it
+(`first_row`'s `follow`, in libpq's pipeline mode): they run while the caller reads the
+first one's answer and goes on, and wait on the connection for the caller to claim their
+answers (`claim`, `read_claimed`) or for anything else sent there to discard them first
+(`discard`). Everything runs as Django runs a query: inside the connection's execute
+wrappers (the request's database deadline among them), with Django's database errors, and
+logged where Django logs queries.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 from django.db import connection
 from psycopg import ClientCursor, capabilities, errors, generators
 from psycopg.adapt import Transformer
-from psycopg.pq import ExecStatus, TransactionStatus
+from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
 
 #: The rows of a statement (None for one that returns none).
 Answer = list[tuple[Any, ...]] | None
@@ -29,6 +33,9 @@ Answer = list[tuple[Any, ...]] | None
 Arrival = Callable[[int, Answer], None]
 #: Called with a statement's place and a batch of its rows, as they arrive (`run_each`).
 Part = Callable[[int, list[tuple[Any, ...]]], None]
+#: Called with the cursor once a first statement is sent: the statements to send behind
+#: it, each one statement with its values in place, or None (`first_row`).
+Follow = Callable[[Any], "list[str] | None"]
 
 # Where Django's debug cursor logs each statement.
 _backends_log = logging.getLogger("django.db.backends")
@@ -89,22 +96,45 @@ def run_each(
 
 
 def first_row(
-    cursor: Any, sql: str, params: Any, *, meanwhile: Callable[[], None] | None = None
+    cursor: Any,
+    sql: str,
+    params: Any,
+    *,
+    meanwhile: Callable[[], None] | None = None,
+    follow: Follow | None = None,
 ) -> tuple[Any, ...] | None:
     """The first row of the statement `sql` (None if it has none), run as `run_each` runs
     one, with `meanwhile` called while the server runs it. Where parameters are bound on
     the server (`client_binding`), the statement goes through the cursor as usual and
     `meanwhile` is called first; so it is where the driver would begin a transaction with
-    the statement (autocommit off, none begun yet), which only its own `execute` does."""
+    the statement (autocommit off, none begun yet), which only its own `execute` does.
+
+    `follow` is called with `cursor` once the statement is sent, before `meanwhile`; the
+    statements it returns (each one statement, values in place) are sent right behind it,
+    in libpq's pipeline mode after a sync, so in a transaction of their own, and left
+    pending on the connection (`claim`) once its answer is read. It must not use the
+    connection. Only where nothing else may be running there: parameters bound on the
+    client, autocommit, no transaction, nothing pending already; elsewhere it is not
+    called."""
     db = connection_of(cursor)
     raw = getattr(cursor, "cursor", cursor)
-    if meanwhile is None or not client_binding(db) or _begins_transaction(raw.connection):
+    hurried = meanwhile is not None or follow is not None
+    if not hurried or not client_binding(db) or _begins_transaction(raw.connection):
         if meanwhile is not None:
             meanwhile()
         cursor.execute(sql, params)
         return cursor.fetchone()
     with db.wrap_database_errors:
         text = raw.mogrify(sql, params)
+    if follow is not None and _may_pipeline(db, raw.connection):
+        found: list[tuple[Any, ...] | None] = []
+
+        def piped(sql: str, params: Any, many: bool, context: Any) -> None:
+            with db.wrap_database_errors:
+                found.append(_first_in_pipeline(cursor, text, meanwhile, follow))
+
+        run_wrapped(cursor, piped, text, None)
+        return found[0]
     rows: list[tuple[Any, ...]] = []
 
     def answered(place: int, answer: Answer) -> None:
@@ -129,65 +159,305 @@ def _receive(
 ) -> None:
     conn = raw.connection
     pgconn = conn.pgconn
-    encoding = conn.info.encoding
-    loader = Transformer(raw)
-    failure: BaseException | None = None
-    rows: list[tuple[Any, ...]] = []
+    reader = _Reader(raw, answered, part, batch)
     with conn.lock:
-        pgconn.send_query(text.encode(encoding))
+        pgconn.send_query(text.encode(reader.encoding))
         if part is not None and batch > 0 and capabilities.has_stream_chunked():
             pgconn.set_chunked_rows_mode(batch)
         conn.wait(generators.send(pgconn))
     if meanwhile is not None:
         # Without the connection's lock: a statement `meanwhile` sent here would wait for
         # it forever; without it, the driver refuses the statement at once.
-        try:
-            meanwhile()
-        except BaseException as exc:  # raised once the server is done
-            failure = exc
+        reader.attempt(meanwhile)
     with conn.lock:
-        index = 0
-        while True:
-            try:
-                result = conn.wait(generators.fetch(pgconn))
-            except errors.Error as exc:
-                if failure is None:
-                    raise
-                if not isinstance(failure, errors.Error):
-                    # The connection broke after the caller's own work failed: the broken
-                    # connection is what Django must see, to discard it.
-                    raise exc from failure
-                # The connection broke after an error already in hand (a server that ends
-                # the session sends its reason, then closes): that error is the cause.
-                raise failure from exc
-            if result is None:
-                break
-            status = result.status
-            if status == ExecStatus.FATAL_ERROR:
-                failure = failure or errors.error_from_result(result, encoding=encoding)
-            elif failure is None:
-                try:
-                    if status in _ROWS:
-                        loader.set_pgresult(result)
-                        loaded = loader.load_rows(0, result.ntuples, tuple)
-                        if part is not None and loaded:
-                            part(index, loaded)
-                        rows += loaded
-                    if status not in _PARTS:
-                        answered(index, rows if status == ExecStatus.TUPLES_OK else None)
-                        rows = []
-                except BaseException as exc:  # raised once the server is done
-                    failure = exc
-            if status not in _PARTS:
-                index += 1
-    if failure is not None:
-        raise failure
+        while (result := reader.fetch()) is not None:
+            reader.take(result)
+    if reader.failure is not None:
+        raise reader.failure
 
 
 # Results that carry rows, and those that are only a part of a statement's answer (read in
 # chunks: `run_each`'s `part`).
 _PARTS = (ExecStatus.TUPLES_CHUNK, ExecStatus.SINGLE_TUPLE)
 _ROWS = (ExecStatus.TUPLES_OK, *_PARTS)
+
+
+# Where statements sent behind a first one wait on the Django connection (`Pending`).
+_PENDING = "bailing_knowledge_pending"
+
+
+class Pending:
+    """Statements sent behind a first one (`first_row`'s `follow`) whose answers have not
+    been read: the connection is still in pipeline mode, busy with them.
+
+    While they wait, this object is one of the connection's execute wrappers: any statement
+    sent through Django discards them first (`discard`), so nothing else ever runs, or
+    fails, behind them; only the caller that claims them exactly (`claim`) reads them."""
+
+    def __init__(self, db: Any, statements: list[str]) -> None:
+        self.db = db
+        self.statements = tuple(statements)
+        #: The driver connection they wait on: once Django has closed it, nothing does.
+        self.conn = db.connection
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        discard(self.db)
+        return execute(sql, params, many, context)
+
+
+def _may_pipeline(db: Any, conn: Any) -> bool:
+    return (
+        capabilities.has_pipeline()
+        and conn.autocommit
+        and not db.in_atomic_block
+        and conn.info.transaction_status == TransactionStatus.IDLE
+        and conn.pgconn.pipeline_status == PipelineStatus.OFF
+        and getattr(db, _PENDING, None) is None
+    )
+
+
+def _first_in_pipeline(
+    cursor: Any, text: str, meanwhile: Callable[[], None] | None, follow: Follow
+) -> tuple[Any, ...] | None:
+    """`first_row` with statements sent behind it: the first and a sync (so that they
+    begin a transaction of their own), `follow`'s statements and a sync, then `meanwhile`
+    while the server works, then the first one's answer."""
+    db = connection_of(cursor)
+    raw = getattr(cursor, "cursor", cursor)
+    conn = raw.connection
+    pgconn = conn.pgconn
+    reader = _Reader(raw, _keep_nothing, None)
+    syncs = 0
+    with conn.lock:
+        pgconn.enter_pipeline_mode()
+        try:
+            pgconn.send_query_params(text.encode(reader.encoding), None)
+            pgconn.pipeline_sync()
+            syncs = 1
+            conn.wait(generators.send(pgconn))
+        except BaseException:
+            if not conn.broken:
+                _leave_pipeline(conn, syncs)
+            raise
+    sent: list[str] = []
+
+    def send_followers() -> None:
+        followers = follow(cursor) or []
+        if followers:
+            with conn.lock:
+                for statement in followers:
+                    pgconn.send_query_params(statement.encode(reader.encoding), None)
+                pgconn.pipeline_sync()
+                sent.extend(followers)
+                conn.wait(generators.send(pgconn))
+
+    reader.attempt(send_followers)
+    if meanwhile is not None:
+        reader.attempt(meanwhile)
+    try:
+        with conn.lock:
+            reader.read_pipelined(1)
+            kept = reader.failure is None and bool(sent)
+            if not kept:
+                _leave_pipeline(conn, 1 if sent else 0)
+        if not kept and conn.info.transaction_status != TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")  # what was sent behind began a transaction
+    except BaseException:
+        if not conn.closed and conn.pgconn.pipeline_status != PipelineStatus.OFF:
+            db.close()  # what is still in flight cannot be told apart from what follows
+        raise
+    if reader.failure is not None:
+        raise reader.failure
+    if sent:
+        pending = Pending(db, sent)
+        setattr(db, _PENDING, pending)
+        db.execute_wrappers.append(pending)
+    return reader.first_row
+
+
+def _keep_nothing(place: int, answer: Answer) -> None:
+    """An `Arrival` that keeps nothing: `_Reader.first_row` holds what `first_row` needs."""
+
+
+def _leave_pipeline(conn: Any, syncs: int) -> None:
+    """Read and drop every answer up to the `syncs`-th sync, then leave pipeline mode."""
+    pgconn = conn.pgconn
+    while syncs > 0:
+        result = conn.wait(generators.fetch(pgconn))
+        if result is not None and result.status == ExecStatus.PIPELINE_SYNC:
+            syncs -= 1
+    pgconn.exit_pipeline_mode()
+
+
+def pending_statements(db: Any) -> tuple[str, ...] | None:
+    """The statements waiting on the Django connection `db` (`Pending`), if any."""
+    pending = getattr(db, _PENDING, None)
+    return None if pending is None else pending.statements
+
+
+def claim(db: Any, statements: list[str]) -> Pending | None:
+    """The pending statements of `db` if they are exactly `statements`, for `read_claimed`;
+    others pending are discarded (None)."""
+    pending = getattr(db, _PENDING, None)
+    if pending is None:
+        return None
+    if pending.statements != tuple(statements) or pending.conn is not db.connection:
+        discard(db)
+        return None
+    _forget(db, pending)
+    return pending
+
+
+def _forget(db: Any, pending: Pending) -> None:
+    setattr(db, _PENDING, None)
+    if pending in db.execute_wrappers:
+        db.execute_wrappers.remove(pending)
+
+
+def read_claimed(
+    cursor: Any,
+    pending: Pending,
+    answered: Arrival,
+    part: Part | None = None,
+    batch: int = 0,
+) -> None:
+    """Read the answers of claimed statements as `run_each` reads those it sends: each
+    handed to `answered` with its place, rows to `part` as they arrive; an error raised once
+    all are read; inside the connection's execute wrappers. The connection then leaves
+    pipeline mode."""
+    raw = getattr(cursor, "cursor", cursor)
+    db = connection_of(cursor)
+    text = "\n;\n".join(pending.statements)
+
+    def execute(sql: str, params: Any, many: bool, context: Any) -> None:
+        with db.wrap_database_errors:
+            conn = raw.connection
+            with conn.lock:
+                reader = _Reader(raw, answered, part, batch)
+                try:
+                    reader.read_pipelined(len(pending.statements))
+                finally:
+                    if not conn.broken:
+                        conn.pgconn.exit_pipeline_mode()
+            if reader.failure is not None:
+                raise reader.failure
+
+    run_wrapped(cursor, execute, text, None)
+
+
+def discard(db: Any) -> None:
+    """Drop the statements pending on `db` (`Pending`), if any: their answers are read and
+    the transaction they began is rolled back, inside the connection's execute wrappers
+    (the request's deadline among them). A connection that cannot is closed."""
+    pending = getattr(db, _PENDING, None)
+    if pending is None:
+        return
+    _forget(db, pending)
+    conn = db.connection
+    if conn is None or conn is not pending.conn or conn.closed:
+        return
+
+    def execute(sql: str, params: Any, many: bool, context: Any) -> None:
+        with db.wrap_database_errors:
+            with conn.lock:
+                _leave_pipeline(conn, 1)
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+
+    try:
+        run_wrapped(_Of(db), execute, "ROLLBACK", None)
+    except BaseException:
+        db.close()
+        raise
+
+
+class _Of:
+    """Stands for a cursor of the Django connection `db` where `run_wrapped` needs one:
+    opening a real one could run Django's health check on the busy connection."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+
+class _Reader:
+    """Reads a query's results as they come and hands them on: each statement's rows to
+    `part` as they arrive (read in chunks) and its answer to `answered`; the first error is
+    kept (`failure`) while the rest is read, so the connection is left ready."""
+
+    def __init__(self, raw: Any, answered: Arrival, part: Part | None, batch: int = 0) -> None:
+        conn = raw.connection
+        self.conn = conn
+        self.pgconn = conn.pgconn
+        self.encoding = conn.info.encoding
+        self.loader = Transformer(raw)
+        self.answered = answered
+        self.part = part
+        self.batch = batch
+        self.failure: BaseException | None = None
+        self.index = 0
+        self.rows: list[tuple[Any, ...]] = []
+        #: The first row of the first statement's answer (`first_row`).
+        self.first_row: tuple[Any, ...] | None = None
+
+    def attempt(self, work: Callable[[], None]) -> None:
+        """Call `work`, keeping what it raises for once the server is done."""
+        try:
+            work()
+        except BaseException as exc:
+            self.failure = self.failure or exc
+
+    def fetch(self) -> Any:
+        """The next result (None at the end of a statement's, or of the query's)."""
+        try:
+            return self.conn.wait(generators.fetch(self.pgconn))
+        except errors.Error as exc:
+            failure = self.failure
+            if failure is None:
+                raise
+            if not isinstance(failure, errors.Error):
+                # The connection broke after the caller's own work failed: the broken
+                # connection is what Django must see, to discard it.
+                raise exc from failure
+            # The connection broke after an error already in hand (a server that ends the
+            # session sends its reason, then closes): that error is the cause.
+            raise failure from exc
+
+    def take(self, result: Any) -> None:
+        """One result of the query: a statement's answer or a chunk of its rows."""
+        status = result.status
+        if status == ExecStatus.FATAL_ERROR:
+            self.failure = self.failure or errors.error_from_result(result, encoding=self.encoding)
+        elif self.failure is None and status != ExecStatus.PIPELINE_ABORTED:
+            try:
+                if status in _ROWS:
+                    self.loader.set_pgresult(result)
+                    loaded = self.loader.load_rows(0, result.ntuples, tuple)
+                    if self.part is not None and loaded:
+                        self.part(self.index, loaded)
+                    if loaded and self.index == 0 and self.first_row is None:
+                        self.first_row = loaded[0]
+                    self.rows += loaded
+                if status not in _PARTS:
+                    answer = self.rows if status == ExecStatus.TUPLES_OK else None
+                    self.answered(self.index, answer)
+                    self.rows = []
+            except BaseException as exc:  # raised once the server is done
+                self.failure = exc
+        if status not in _PARTS:
+            self.index += 1
+
+    def read_pipelined(self, statements: int) -> None:
+        """Read the answers of `statements` statements sent in pipeline mode and the sync
+        after them, their rows in chunks where `part` takes them (libpq 17+)."""
+        chunked = self.part is not None and self.batch > 0 and capabilities.has_stream_chunked()
+        for _ in range(statements):
+            if chunked:
+                self.pgconn.set_chunked_rows_mode(self.batch)
+            while (result := self.fetch()) is not None:
+                self.take(result)
+        result = self.fetch()
+        if result is None or result.status != ExecStatus.PIPELINE_SYNC:
+            raise errors.InternalError("the pipeline's answers are out of step")
 
 
 def connection_of(cursor: Any) -> Any:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import functools
+import json
+import logging
 from typing import Any
 
-from django.db import DatabaseError, connections, transaction
+from django.core.cache import caches
+from django.core.cache.backends.db import DatabaseCache
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.openapi import AutoSchema
@@ -16,7 +20,12 @@ from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from . import access, constants, services
-from .authentication import AgentBearerAuthentication, work_while_authenticating
+from .authentication import (
+    AgentBearerAuthentication,
+    send_behind_authentication,
+    work_while_authenticating,
+)
+from .conf import knowledge_settings
 from .deadline import bounded_database_wait
 from .exceptions import (
     IdempotencyConflict,
@@ -46,9 +55,12 @@ from .serializers import (
 )
 from .services.read import read
 from .services.runs import current_run
-from .services.search import search
+from .services.search import early_search, forget_early_search, search
 from .services.turns import complete_run, start_turn
+from .statements import discard
 from .throttling import ClientRateThrottle, SessionRateThrottle
+
+logger = logging.getLogger("bailing_knowledge")
 
 NO_STORE = "no-store"
 
@@ -80,6 +92,8 @@ class AgentAPIView(APIView):
     body_serializer: type[Serializer] | None = None
     _body: Any = None
     _body_error: Exception | None = None
+    #: The token and route whose remembered search this request sent ahead (`SearchView`).
+    _early_key: tuple[str, str] | None = None
 
     def get_exception_handler(self) -> Any:
         return exception_handler
@@ -98,13 +112,18 @@ class AgentAPIView(APIView):
         # Every database wait of the request, authentication included, shares one budget.
         with bounded_database_wait() as deadline:
             self.database_deadline = deadline
-            return super().dispatch(request, *args, **kwargs)
+            try:
+                return super().dispatch(request, *args, **kwargs)
+            finally:
+                _discard_unclaimed()
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         if self.body_serializer is not None and _read_small_body(request):
             # The body is parsed and validated while the server runs authentication's
             # statement, instead of after it (`body`).
             work_while_authenticating(request, functools.partial(self._validate_body, request))
+            if self.sends_early:
+                send_behind_authentication(request, functools.partial(self.early, request))
         deadline = self.database_deadline
         unchecked = False
         if deadline is not None:
@@ -124,6 +143,14 @@ class AgentAPIView(APIView):
         finally:
             if unchecked and deadline is not None:
                 deadline.settle()
+
+    #: Whether the view has statements sent behind authentication's (`early`).
+    sends_early = False
+
+    def early(self, request: Request, cursor: Any, token_hash: str) -> list[str] | None:
+        """Statements to send right behind authentication's, before the token is known,
+        for the handler to claim (`send_behind_authentication`); None: none."""
+        return None
 
     def body(self, request: Request) -> Any:
         """The request's body, validated by `body_serializer`.
@@ -159,6 +186,8 @@ class AgentAPIView(APIView):
     ) -> HttpResponse:
         response = super().finalize_response(request, response, *args, **kwargs)
         response["Cache-Control"] = NO_STORE
+        if self._early_key is not None and response.status_code >= 400:
+            forget_early_search(*self._early_key)
         return response
 
 
@@ -196,6 +225,34 @@ class SearchView(AgentAPIView):
     """Up to three hints for a query, each with a reference to read; 4096 bytes at most."""
 
     body_serializer = SearchRequestSerializer
+    sends_early = True
+
+    def early(self, request: Request, cursor: Any, token_hash: str) -> list[str] | None:
+        """The opening statements of the search the body asks for, composed from what the
+        token last searched on this route (`services.search.early_search`): the server
+        runs them while the token is checked and the body validated, and the search uses
+        their answers only if it would have sent exactly them. Not for a search within a
+        run, whose check comes first."""
+        route_key = self.kwargs.get("route")
+        if request.content_type.split(";")[0].strip().lower() != "application/json":
+            return None
+        if isinstance(caches[knowledge_settings.THROTTLE_CACHE], DatabaseCache):
+            return None  # the rate limits' first read would discard them: nothing to gain
+        try:
+            data = json.loads(request.body)
+        except (ValueError, RecursionError):  # the parser answers for the body
+            return None
+        if not isinstance(data, dict) or "run_id" in data:
+            return None
+        query = data.get("query")
+        if not isinstance(query, str) or not isinstance(route_key, str):
+            return None
+        self._early_key = (token_hash, route_key)
+        try:
+            return early_search(cursor, token_hash, route_key, query)
+        except Exception:  # the search itself meets it again, and answers for it
+            logger.warning("Could not compose a search's opening statements", exc_info=True)
+            return None
 
     @document(
         operation_id="knowledge_search",
@@ -291,6 +348,16 @@ class CompleteRunView(AgentAPIView):
     def post(self, request: Request, run_id: str) -> Response:
         data = _plain(self.body(request))
         return Response(complete_run(request.auth, run_id, data))
+
+
+def _discard_unclaimed() -> None:
+    """Drop statements sent behind authentication's that the request did not claim (a
+    refused request, or a search that needed others). A connection that cannot is closed
+    (`statements.discard`); the response stands."""
+    try:
+        discard(connections[DEFAULT_DB_ALIAS])
+    except DatabaseError:
+        logger.warning("Could not discard unclaimed statements", exc_info=True)
 
 
 def _read_small_body(request: Request) -> bool:

@@ -184,3 +184,174 @@ def test_a_server_that_ends_the_session_is_raised_with_its_own_reason():
         )
     connection.close()
     assert isinstance(raised.value.__cause__, psycopg.errors.AdminShutdown)
+
+
+# --- Statements sent behind a first one (`first_row`'s `follow`) -------------------------
+
+
+def _status():
+    return connection.connection.info.transaction_status
+
+
+def _behind(followers, *, meanwhile=None):
+    """`first_row` of `SELECT 7` with `followers` sent behind it; what `follow` was given."""
+    given = []
+
+    def follow(cursor):
+        given.append(cursor)
+        return followers
+
+    with connection.cursor() as cursor:
+        row = statements.first_row(cursor, "SELECT %s", [7], meanwhile=meanwhile, follow=follow)
+    return row, given
+
+
+@pytest.mark.django_db(transaction=True)
+def test_statements_sent_behind_a_first_one_wait_for_the_caller_that_claims_them():
+    order = []
+    followers = ["BEGIN", "SELECT 1", "SELECT 'two'"]
+    row, given = _behind(followers, meanwhile=lambda: order.append(_status()))
+    assert row == (7,) and len(given) == 1
+    assert order == [TransactionStatus.ACTIVE]  # `meanwhile` ran with them in flight
+    assert statements.pending_statements(connection) == tuple(followers)
+    answers = []
+    with connection.cursor() as cursor:
+        pending = statements.claim(connection, followers)
+        assert pending is not None and statements.pending_statements(connection) is None
+        statements.read_claimed(cursor, pending, lambda place, a: answers.append((place, a)))
+        assert answers == [(0, None), (1, [(1,)]), (2, [("two",)])]
+        assert _status() == TransactionStatus.INTRANS  # their BEGIN is the caller's now
+        cursor.execute("ROLLBACK")
+        cursor.execute("SELECT 8")
+        assert cursor.fetchone() == (8,)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_statements_claimed_with_other_text_are_discarded_and_rolled_back():
+    _behind(["BEGIN", "CREATE TEMPORARY TABLE behind (x int)"])
+    assert statements.claim(connection, ["BEGIN", "SELECT 1"]) is None
+    assert statements.pending_statements(connection) is None
+    assert _status() == TransactionStatus.IDLE
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('pg_temp.behind')")
+        assert cursor.fetchone() == (None,)  # rolled back, never committed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_any_other_statement_first_discards_the_statements_waiting_behind():
+    """Nothing ever runs, or fails, behind statements nobody claimed: Django's own next
+    statement reads and drops them, rolls their transaction back, then runs."""
+    _behind(["BEGIN", "CREATE TEMPORARY TABLE behind (x int)"])
+    wrappers = list(connection.execute_wrappers)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('pg_temp.behind')")
+        assert cursor.fetchone() == (None,)
+    assert statements.pending_statements(connection) is None
+    assert connection.execute_wrappers == wrappers[:-1]
+    assert _status() == TransactionStatus.IDLE
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_first_statement_leaves_nothing_behind():
+    with connection.cursor() as cursor:
+        with pytest.raises(DatabaseError, match="division by zero"):
+            statements.first_row(
+                cursor, "SELECT 1 / %s", [0], follow=lambda c: ["BEGIN", "SELECT 1"]
+            )
+        assert statements.pending_statements(connection) is None
+        assert _status() == TransactionStatus.IDLE
+        cursor.execute("SELECT 9")
+        assert cursor.fetchone() == (9,)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_error_of_follow_or_meanwhile_is_raised_once_the_first_has_answered():
+    def follow(cursor):
+        raise ValueError("cannot compose")
+
+    with connection.cursor() as cursor:
+        with pytest.raises(ValueError, match="compose"):
+            statements.first_row(cursor, "SELECT 1", None, follow=follow)
+        assert statements.pending_statements(connection) is None
+        cursor.execute("SELECT 10")
+        assert cursor.fetchone() == (10,)
+    with pytest.raises(ValueError, match="meanwhile"):
+        _behind(["SELECT 1"], meanwhile=lambda: (_ for _ in ()).throw(ValueError("meanwhile")))
+    assert statements.pending_statements(connection) is None
+    assert _status() == TransactionStatus.IDLE
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_statement_behind_is_raised_by_the_claim_and_the_rest_not_run():
+    followers = ["BEGIN", "SELECT 1 / 0", "SELECT 2"]
+    _behind(followers)
+    answers = []
+    with connection.cursor() as cursor:
+        pending = statements.claim(connection, followers)
+        with pytest.raises(DatabaseError, match="division by zero"):
+            statements.read_claimed(cursor, pending, lambda place, a: answers.append(place))
+        assert answers == [0]  # the BEGIN only: the error aborted the rest
+        assert _status() == TransactionStatus.INERROR
+        cursor.execute("ROLLBACK")
+        cursor.execute("SELECT 11")
+        assert cursor.fetchone() == (11,)
+
+
+def test_nothing_is_sent_behind_inside_a_transaction():
+    """Inside `atomic` (as here) the first statement goes alone, `follow` is not called."""
+    row, given = _behind(["SELECT 1"])
+    assert row == (7,) and given == []
+    assert statements.pending_statements(connection) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_nothing_is_sent_behind_where_parameters_are_bound_on_the_server(prepared_statements):
+    prepared_statements()
+    row, given = _behind(["SELECT 1"])
+    assert row == (7,) and given == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_statements_behind_are_read_under_the_connections_execute_wrappers():
+    """Claimed, their answers are read inside the execute wrappers (the request's deadline
+    among them) and logged where Django logs queries; discarded, too."""
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        _behind(["SELECT 1", "SELECT 2"])
+        with connection.cursor() as cursor:
+            pending = statements.claim(connection, ["SELECT 1", "SELECT 2"])
+            statements.read_claimed(cursor, pending, lambda place, a: None)
+        _behind(["SELECT 3"])
+        statements.discard(connection)
+    assert seen == ["SELECT 7", "SELECT 1\n;\nSELECT 2", "SELECT 7", "ROLLBACK"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_statements_behind_a_connection_django_closed_are_forgotten():
+    _behind(["BEGIN", "SELECT 1"])
+    connection.close()
+    with connection.cursor() as cursor:  # a new connection: nothing waits on it
+        cursor.execute("SELECT 12")
+        assert cursor.fetchone() == (12,)
+    assert statements.pending_statements(connection) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_behind_that_times_out_is_raised_as_djangos_with_its_cause():
+    """As a search's leg that times out (`HybridSearch._timed_out`): the cause is the
+    driver's `QueryCanceled`, and the answers before it were handed on."""
+    followers = ["BEGIN", "SET LOCAL statement_timeout = 50", "SELECT pg_sleep(2)", "SELECT 2"]
+    _behind(followers)
+    answers = []
+    with connection.cursor() as cursor:
+        pending = statements.claim(connection, followers)
+        with pytest.raises(OperationalError) as raised:
+            statements.read_claimed(cursor, pending, lambda place, a: answers.append(place))
+        assert isinstance(raised.value.__cause__, psycopg.errors.QueryCanceled)
+        assert answers == [0, 1]
+        cursor.execute("ROLLBACK")

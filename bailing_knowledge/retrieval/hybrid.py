@@ -30,7 +30,13 @@ from .analysis import LANGUAGES
 from .arrays import id_array
 from .embedders import EmbedderError, get_embedder
 from .lexical import STREAM_ROWS, LexicalLeg
-from .session import SearchTransaction, Statement, configure_statement, search_transaction
+from .session import (
+    SearchTransaction,
+    Statement,
+    configure_statement,
+    early_parts,
+    search_transaction,
+)
 from .vector import vector_statement
 from .visibility import (
     Visibility,
@@ -99,6 +105,19 @@ class _Leg:
     kb_ids: list[int] = field(default_factory=list)
     embedder: str = ""
     lexical: LexicalLeg | None = None
+
+
+@dataclass
+class _Opening:
+    """A search's opening statements, and whose answer each one is."""
+
+    statements: list[Statement]
+    #: Each leg's first statement's place.
+    answer_of: dict[int, int] = field(default_factory=dict)
+    #: Each place's leg and the place among that leg's own statements.
+    owner: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: The vector leg sent with them, if any.
+    first_vector: int | None = None
 
 
 def _is_timeout(exc: DatabaseError) -> bool:
@@ -195,18 +214,30 @@ class HybridSearch:
                 self.result = SearchResult()
                 self.documents = {}
 
-    def _attempt(
-        self,
-        deferred: bool,
-        max_hits: int,
-        min_score: float,
-        per_document: int,
-        max_documents: int,
-    ) -> SearchResult:
+    def early_statements(self, cursor: Any) -> list[str] | None:
+        """The statements this search would send first, as it would send them, for sending
+        ahead of it (`session.early_parts`); None where its legs would not all open (an
+        unsupported language, a failing embedder), which `run` reports."""
+        if not self.kbs:
+            return None
+        deferred = self.use_lexical and _defers(_hidden_key(self.kbs, self.visibility))
+        legs = self._legs(deferred, quiet=True)
+        if legs is None:
+            return None
+        try:
+            opening = self._opening(legs, list(range(len(legs))), quiet=True)
+        except EmbedderError:
+            return None
+        return early_parts(cursor, opening.statements)
+
+    def _legs(self, deferred: bool, *, quiet: bool = False) -> list[_Leg] | None:
+        """The legs to run (None, when `quiet`, where a language is not supported)."""
         legs: list[_Leg] = []
         if self.use_lexical:
             for language, group in group_knowledge_bases(self.kbs, "language"):
                 if language not in LANGUAGES:
+                    if quiet:
+                        return None
                     # Stored without validation, or a stemmer the installed packages lack:
                     # that leg fails (`partial`), the other legs still answer.
                     logger.error(
@@ -225,6 +256,17 @@ class HybridSearch:
                 legs.append(
                     _Leg(fusion_weight(embedder_alias), [kb.pk for kb in group], embedder_alias)
                 )
+        return legs
+
+    def _attempt(
+        self,
+        deferred: bool,
+        max_hits: int,
+        min_score: float,
+        per_document: int,
+        max_documents: int,
+    ) -> SearchResult:
+        legs = self._legs(deferred) or []
         # Each leg's ranking, by the leg's place in `legs`: fused in that order.
         rankings: dict[int, tuple[float, list[int]]] = {}
         pending = list(range(len(legs)))
@@ -266,37 +308,9 @@ class HybridSearch:
         statement as it finds them, so they are scored while it reads on. An embedder
         failure fails its leg only. No savepoint per leg: a timeout is rare and costs a new
         transaction, where savepoints would cost two round trips per leg on every search."""
-        opening = [configure_statement()]
-        answer_of: dict[int, int] = {}  # leg -> its first statement's place in `opening`
-        owner: dict[int, tuple[int, int]] = {}  # place -> (leg, place among the leg's own)
-
-        def add(index: int, own: int, statement: Statement) -> None:
-            answer_of.setdefault(index, len(opening))
-            owner[len(opening)] = (index, own)
-            opening.append(statement)
-
-        rounds: list[tuple[int, int, Statement]] = []
-        for index in pending:
-            lexical = legs[index].lexical
-            if lexical is None:
-                continue
-            for own, statement in enumerate(lexical.opening(self.candidates)):
-                if own:
-                    rounds.append((index, own, statement))
-                else:
-                    add(index, own, statement)
-        first_vector = None
-        for index in [i for i in pending if legs[i].lexical is None]:
-            try:
-                statement = self._vector_statement(legs[index])
-            except EmbedderError:
-                self._embedder_failed(index, pending)
-                continue
-            first_vector = index
-            add(index, 0, statement)
-            break
-        for index, own, statement in rounds:
-            add(index, own, statement)
+        plan = self._opening(legs, pending)
+        opening, answer_of, owner = plan.statements, plan.answer_of, plan.owner
+        first_vector = plan.first_vector
 
         def lexical_at(place: int) -> LexicalLeg | None:
             return legs[owner[place][0]].lexical if place in owner else None
@@ -339,6 +353,43 @@ class HybridSearch:
                 return False
             self._done(index, legs, ranking, pending, rankings)
         return True
+
+    def _opening(self, legs: list[_Leg], pending: list[int], *, quiet: bool = False) -> _Opening:
+        """The opening statements of the `pending` legs (`_run_legs`): the transaction's
+        settings, every lexical leg's term statistics, the first vector leg whose embedder
+        answers (the others failing their legs; raising `EmbedderError` instead when
+        `quiet`), then each lexical leg's first round."""
+        plan = _Opening([configure_statement()])
+
+        def add(index: int, own: int, statement: Statement) -> None:
+            plan.answer_of.setdefault(index, len(plan.statements))
+            plan.owner[len(plan.statements)] = (index, own)
+            plan.statements.append(statement)
+
+        rounds: list[tuple[int, int, Statement]] = []
+        for index in pending:
+            lexical = legs[index].lexical
+            if lexical is None:
+                continue
+            for own, statement in enumerate(lexical.opening(self.candidates)):
+                if own:
+                    rounds.append((index, own, statement))
+                else:
+                    add(index, own, statement)
+        for index in [i for i in pending if legs[i].lexical is None]:
+            try:
+                statement = self._vector_statement(legs[index])
+            except EmbedderError:
+                if quiet:
+                    raise
+                self._embedder_failed(index, pending)
+                continue
+            plan.first_vector = index
+            add(index, 0, statement)
+            break
+        for index, own, statement in rounds:
+            add(index, own, statement)
+        return plan
 
     def _done(
         self,

@@ -18,8 +18,12 @@ from ..statements import (
     Arrival,
     Part,
     answer_rows,
+    claim,
     client_binding,
     connection_of,
+    discard,
+    pending_statements,
+    read_claimed,
     run_each,
     run_wrapped,
 )
@@ -123,16 +127,9 @@ class SearchTransaction:
                     arrived(len(results) - 1, results[-1])
             return results
         self.answered = 0
-        raw = getattr(cursor, "cursor", cursor)
-        with self.db.wrap_database_errors:
-            parts = [raw.mogrify(sql, params) for sql, params in statements]
-        lead = 0
-        if self.own and not self._begun:
-            parts.insert(0, BEGIN)
-            lead = 1
+        parts = self.parts(cursor, statements, last=last)
+        lead = 1 if parts[0] == BEGIN else 0
         closing = self.own and last
-        if closing:
-            parts.append("COMMIT")
         self._begun = True
 
         def answered(index: int, answer: Answer) -> None:
@@ -146,9 +143,26 @@ class SearchTransaction:
             if part is not None and lead <= index < lead + len(statements):
                 part(index - lead, chunk)
 
-        run_each(cursor, SEPARATOR.join(parts), answered, arriving if part else None, batch)
+        sent = claim(self.db, parts)
+        if sent is not None:
+            # Sent ahead, behind the request's first statement (`early_parts`).
+            read_claimed(cursor, sent, answered, arriving if part else None, batch)
+        else:
+            run_each(cursor, SEPARATOR.join(parts), answered, arriving if part else None, batch)
         self._ended = closing
         return results
+
+    def parts(self, cursor: Any, statements: Sequence[Statement], *, last: bool) -> list[str]:
+        """The statements as `run` sends them (client-side binding): their values in
+        place, after the transaction's BEGIN and before its COMMIT where it writes them."""
+        raw = getattr(cursor, "cursor", cursor)
+        with self.db.wrap_database_errors:
+            parts = [raw.mogrify(sql, params) for sql, params in statements]
+        if self.own and not self._begun:
+            parts.insert(0, BEGIN)
+        if self.own and last:
+            parts.append("COMMIT")
+        return parts
 
     def rollback(self) -> None:
         """End the transaction with a rollback (after a statement aborted it)."""
@@ -181,6 +195,15 @@ class SearchTransaction:
                 raise
 
 
+def early_parts(cursor: Any, statements: Sequence[Statement]) -> list[str]:
+    """`statements` as a search in a transaction of its own sends them first, each apart:
+    what may be sent ahead of the search (`statements.first_row`'s `follow`), and is used
+    only if the search, once it runs, would send exactly these (`SearchTransaction.run`)."""
+    return SearchTransaction(batches=True, own=True, db=connection_of(cursor)).parts(
+        cursor, statements, last=False
+    )
+
+
 @contextmanager
 def search_transaction() -> Iterator[SearchTransaction]:
     """A transaction whose statements all see one snapshot (REPEATABLE READ).
@@ -200,11 +223,13 @@ def search_transaction() -> Iterator[SearchTransaction]:
     db.ensure_connection()
     raw = db.connection
     batches = client_binding(db)
-    if (
-        db.in_atomic_block
-        or not raw.autocommit
-        or raw.info.transaction_status != TransactionStatus.IDLE
-    ):
+    if pending_statements(db) is not None and (db.in_atomic_block or not raw.autocommit):
+        discard(db)
+    # Statements sent ahead (`early_parts`) began a transaction of this search's own.
+    idle = (
+        raw.info.transaction_status == TransactionStatus.IDLE or pending_statements(db) is not None
+    )
+    if db.in_atomic_block or not raw.autocommit or not idle:
         with transaction.atomic():
             yield SearchTransaction(batches=batches, own=False, db=db)
             transaction.set_rollback(True)

@@ -8,9 +8,9 @@ from typing import Any
 
 from .. import constants
 from ..budget import fit_search_response
-from ..models import AgentSession, Route, Run
+from ..models import AgentSession, KnowledgeBase, Route, Run
 from ..retrieval.hybrid import Hit, HybridSearch, searchable_knowledge_bases
-from ..retrieval.visibility import visibility_for
+from ..retrieval.visibility import Visibility, visibility_for
 from ..signing import Identity, ReferenceClaims, sign_reference
 from .capabilities import knowledge_available
 
@@ -70,6 +70,43 @@ def sign_hits(
     return hints
 
 
+#: What the last search of a token on a route searched (its knowledge bases and their
+#: visibility), from which its next search's opening statements are composed and sent
+#: behind the token's check (`early_search`); and how many a process remembers (past it, it
+#: forgets them all). Dict operations are atomic: threads share it without a lock.
+EARLY_MEMORY_SIZE = 4096
+_searched: dict[tuple[str, str], tuple[list[KnowledgeBase], Visibility]] = {}
+
+
+def early_search(cursor: Any, token_hash: str, route_key: str, query: str) -> list[str] | None:
+    """The opening statements of a search for `query`, composed before the token is checked
+    from what its last search on the route searched, to be sent right behind the check.
+
+    The search claims them only if it would send exactly these once the token, the route
+    and the body have passed (`SearchTransaction.run`): the same knowledge bases, the same
+    visibility, the same query and settings. Else they are discarded unread, and a refused
+    request also drops what is remembered (`forget_early_search`), so a token that stops
+    passing costs the server one such opening at most."""
+    known = _searched.get((token_hash, route_key))
+    if known is None:
+        return None
+    kbs, visibility = known
+    return HybridSearch(query, kbs, visibility).early_statements(cursor)
+
+
+def forget_early_search(token_hash: str, route_key: str) -> None:
+    """Forget what a token last searched on a route (`early_search`)."""
+    _searched.pop((token_hash, route_key), None)
+
+
+def _remember_search(
+    session: AgentSession, route: Route, kbs: list[KnowledgeBase], visibility: Visibility
+) -> None:
+    if len(_searched) >= EARLY_MEMORY_SIZE:
+        _searched.clear()
+    _searched[(session.token_hash, route.route_key)] = (kbs, visibility)
+
+
 def find_hits(
     session: AgentSession,
     route: Route,
@@ -85,6 +122,8 @@ def find_hits(
         return "disabled", []
     visibility = visibility_for(session)
     kbs = searchable_knowledge_bases(route.bound_knowledge_bases(), visibility)
+    if kbs and options == SearchOptions():
+        _remember_search(session, route, kbs, visibility)
     result = HybridSearch(
         query, kbs, visibility, use_vector=options.use_vector, use_lexical=options.use_lexical
     ).run(
