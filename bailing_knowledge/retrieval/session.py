@@ -127,8 +127,8 @@ class SearchTransaction:
                     arrived(len(results) - 1, results[-1])
             return results
         self.answered = 0
+        lead = 1 if self.own and not self._begun else 0  # the BEGIN `parts` writes first
         parts = self.parts(cursor, statements, last=last)
-        lead = 1 if parts[0] == BEGIN else 0
         closing = self.own and last
         self._begun = True
 
