@@ -217,13 +217,16 @@ class HybridSearch:
     def early_statements(self, cursor: Any) -> list[str] | None:
         """The statements this search would send first, as it would send them, for sending
         ahead of it (`session.early_parts`); None where its legs would not all open (an
-        unsupported language, a failing embedder), which `run` reports."""
+        unsupported language, a failing embedder), which `run` reports, and where an
+        embedder does not embed queries ahead (`BaseEmbedder.embeds_ahead`)."""
         if not self.kbs:
             return None
         deferred = self.use_lexical and _defers(_hidden_key(self.kbs, self.visibility))
         legs = self._legs(deferred, quiet=True)
-        if legs is None:
-            return None
+        if legs is None or not all(
+            get_embedder(leg.embedder).embeds_ahead for leg in legs if leg.lexical is None
+        ):
+            return None  # its query would be embedded twice, the first time before the token
         try:
             opening = self._opening(legs, list(range(len(legs))), quiet=True)
         except EmbedderError:

@@ -119,11 +119,14 @@ def find_hits(
 ) -> tuple[str, list[Hit]]:
     """`(status, hits)` in the route's visible scope, with its `min_score` applied."""
     if not knowledge_available(route):
+        forget_early_search(session.token_hash, route.route_key)
         return "disabled", []
     visibility = visibility_for(session)
     kbs = searchable_knowledge_bases(route.bound_knowledge_bases(), visibility)
     if kbs and options == SearchOptions():
         _remember_search(session, route, kbs, visibility)
+    else:
+        forget_early_search(session.token_hash, route.route_key)
     result = HybridSearch(
         query, kbs, visibility, use_vector=options.use_vector, use_lexical=options.use_lexical
     ).run(

@@ -182,3 +182,33 @@ def test_rate_limits_kept_in_the_database_send_nothing_ahead(
     assert _hints(agent.post(URL, QUERY)) == first
     assert claimed == [] and composed == []
     _nothing_left_behind()
+
+
+def test_an_embedder_that_does_not_embed_ahead_sends_nothing_ahead(
+    agent, documents, claimed, monkeypatch
+):
+    """A remote or model embedder would see the query before the token is checked, twice:
+    only one that declares it cheap, local and deterministic is asked ahead."""
+    from bailing_knowledge.retrieval.embedders.hashing import HashingEmbedder
+
+    monkeypatch.setattr(HashingEmbedder, "embeds_ahead", False)
+    calls = []
+    embed = HashingEmbedder.embed_query
+    monkeypatch.setattr(
+        HashingEmbedder, "embed_query", lambda self, q: calls.append(q) or embed(self, q)
+    )
+    _hints(agent.post(URL, {"query": "refund"}))
+    _hints(agent.post(URL, QUERY))
+    assert claimed == [] and calls == ["refund", QUERY["query"]]
+    _nothing_left_behind()
+
+
+def test_a_search_that_finds_knowledge_off_forgets_what_to_send_ahead(
+    agent, issued, route, documents, claimed
+):
+    _hints(agent.post(URL, {"query": "refund"}))
+    services.update_route(route, knowledge_enabled=False)
+    body = json.loads(agent.post(URL, QUERY).content)
+    assert (body["status"], body["hints"]) == ("disabled", [])
+    assert (issued.session.token_hash, "orders") not in search_service._searched
+    _nothing_left_behind()

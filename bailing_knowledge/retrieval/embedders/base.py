@@ -40,6 +40,11 @@ class BaseEmbedder:
     #: True when building the backend loads a model: the system checks then check its option
     #: names only, and leave its values to the first use.
     loads_model: ClassVar[bool] = False
+    #: True when embedding a query is cheap, local and deterministic (no network, no model,
+    #: the same vector every time): a search may then embed it before its token is known,
+    #: to send its opening statements behind the token's check (`HybridSearch.
+    #: early_statements`), since doing so twice costs nothing and sends the query nowhere.
+    embeds_ahead: ClassVar[bool] = False
 
     #: The alias under ``BAILING_KNOWLEDGE["EMBEDDERS"]`` this instance was built for.
     alias: str

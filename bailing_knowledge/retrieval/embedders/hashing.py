@@ -138,6 +138,8 @@ class HashingEmbedder(BaseEmbedder):
     `model_name` is ``hashing-v1-d<DIMENSIONS>``; any change to the features bumps the version.
     """
 
+    embeds_ahead = True
+
     VERSION: ClassVar[int] = 1
     option_names = frozenset({"DIMENSIONS"})
     # Far weaker than BM25 (NFCorpus nDCG@10 about 0.17 against 0.33): a small weight breaks
