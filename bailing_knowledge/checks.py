@@ -114,6 +114,10 @@ def _integer(low: int, high: int | None = None) -> Callable[[Any], str | None]:
     return check
 
 
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "True or False"
+
+
 def _number(low: float, high: float) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -197,6 +201,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "SEARCH_BM25_B": _any,
     "SEARCH_LEXICAL_READ_BUDGET": _integer(1, _PG_INT_MAX),
     "SEARCH_LEXICAL_PRUNING": _number(1.0, 10.0),
+    "SEARCH_SEND_AHEAD": _boolean,
     "SEARCH_STATEMENT_TIMEOUT_MS": _integer(0, _PG_INT_MAX),
     "MAX_BODY_BYTES": _integer(1),
     "MAX_JSON_DEPTH": _integer(1),

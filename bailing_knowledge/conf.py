@@ -54,6 +54,11 @@ DEFAULTS: dict[str, Any] = {
     # times its 10th best score. 1.0 proves the top 10 exact; 1.5 reads far less at 1M
     # chunks and ranks as well (docs/performance.md, "Stopping early").
     "SEARCH_LEXICAL_PRUNING": 1.5,
+    # A token's next search on a route has its opening statements sent behind the token's
+    # check, composed from what its last search there searched, and used only if the checked
+    # search would send exactly them (docs/security.md). False: every search waits for the
+    # token.
+    "SEARCH_SEND_AHEAD": True,
     # Upper bound for one search's SQL, in milliseconds (0 disables it).
     "SEARCH_STATEMENT_TIMEOUT_MS": 2000,
     # Request bodies: the largest accepted, in bytes, and the deepest nesting of arrays and

@@ -234,6 +234,8 @@ class SearchView(AgentAPIView):
         their answers only if it would have sent exactly them. Not for a search within a
         run, whose check comes first."""
         route_key = self.kwargs.get("route")
+        if not knowledge_settings.SEARCH_SEND_AHEAD:
+            return None
         if request.content_type.split(";")[0].strip().lower() != "application/json":
             return None
         if isinstance(caches[knowledge_settings.THROTTLE_CACHE], DatabaseCache):

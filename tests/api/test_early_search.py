@@ -212,3 +212,11 @@ def test_a_search_that_finds_knowledge_off_forgets_what_to_send_ahead(
     assert (body["status"], body["hints"]) == ("disabled", [])
     assert (issued.session.token_hash, "orders") not in search_service._searched
     _nothing_left_behind()
+
+
+def test_search_send_ahead_off_sends_nothing_ahead(agent, documents, claimed, settings):
+    settings.BAILING_KNOWLEDGE = {"SEARCH_SEND_AHEAD": False}
+    first = _hints(agent.post(URL, QUERY))
+    assert _hints(agent.post(URL, QUERY)) == first
+    assert claimed == []
+    _nothing_left_behind()
