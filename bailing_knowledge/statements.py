@@ -37,6 +37,10 @@ Part = Callable[[int, list[tuple[Any, ...]]], None]
 #: it, each one statement with its values in place, or None (`first_row`).
 Follow = Callable[[Any], "list[str] | None"]
 
+#: Between the statements of one query string, on a line of its own: a statement that ends
+#: in a `--` comment cannot swallow it.
+SEPARATOR = "\n;\n"
+
 # Where Django's debug cursor logs each statement.
 _backends_log = logging.getLogger("django.db.backends")
 
@@ -257,11 +261,9 @@ def _first_in_pipeline(
     try:
         with conn.lock:
             reader.read_pipelined(1)
-            kept = reader.failure is None and bool(sent)
-            if not kept:
-                _leave_pipeline(conn, 1 if sent else 0)
-        if not kept and conn.info.transaction_status != TransactionStatus.IDLE:
-            conn.execute("ROLLBACK")  # what was sent behind began a transaction
+        kept = reader.failure is None and bool(sent)
+        if not kept:
+            _drop(conn, 1 if sent else 0)
     except BaseException:
         if not conn.closed and conn.pgconn.pipeline_status != PipelineStatus.OFF:
             db.close()  # what is still in flight cannot be told apart from what follows
@@ -287,6 +289,15 @@ def _leave_pipeline(conn: Any, syncs: int) -> None:
         if result is not None and result.status == ExecStatus.PIPELINE_SYNC:
             syncs -= 1
     pgconn.exit_pipeline_mode()
+
+
+def _drop(conn: Any, syncs: int) -> None:
+    """Leave pipeline mode after the `syncs`-th sync, and roll back what the statements
+    sent behind began."""
+    with conn.lock:
+        _leave_pipeline(conn, syncs)
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        conn.execute("ROLLBACK")
 
 
 def pending_statements(db: Any) -> tuple[str, ...] | None:
@@ -327,7 +338,7 @@ def read_claimed(
     pipeline mode."""
     raw = getattr(cursor, "cursor", cursor)
     db = connection_of(cursor)
-    text = "\n;\n".join(pending.statements)
+    text = SEPARATOR.join(pending.statements)
 
     def execute(sql: str, params: Any, many: bool, context: Any) -> None:
         with db.wrap_database_errors:
@@ -359,10 +370,7 @@ def discard(db: Any) -> None:
 
     def execute(sql: str, params: Any, many: bool, context: Any) -> None:
         with db.wrap_database_errors:
-            with conn.lock:
-                _leave_pipeline(conn, 1)
-            if conn.info.transaction_status != TransactionStatus.IDLE:
-                conn.execute("ROLLBACK")
+            _drop(conn, 1)
 
     try:
         run_wrapped(_Of(db), execute, "ROLLBACK", None)

@@ -202,7 +202,7 @@ class HybridSearch:
         if not self.kbs:
             return self.result
         key = _hidden_key(self.kbs, self.visibility)
-        deferred = self.use_lexical and _defers(key)
+        deferred = self._defers(key)
         while True:
             try:
                 return self._attempt(
@@ -214,6 +214,10 @@ class HybridSearch:
                 self.result = SearchResult()
                 self.documents = {}
 
+    def _defers(self, key: tuple[tuple[int, ...], Visibility]) -> bool:
+        """Whether its lexical legs leave their document checks to the fetch (`run`)."""
+        return self.use_lexical and _defers(key)
+
     def early_statements(self, cursor: Any) -> list[str] | None:
         """The statements this search would send first, as it would send them, for sending
         ahead of it (`session.early_parts`); None where its legs would not all open (an
@@ -221,7 +225,7 @@ class HybridSearch:
         embedder does not embed queries ahead (`BaseEmbedder.embeds_ahead`)."""
         if not self.kbs:
             return None
-        deferred = self.use_lexical and _defers(_hidden_key(self.kbs, self.visibility))
+        deferred = self._defers(_hidden_key(self.kbs, self.visibility))
         legs = self._legs(deferred, quiet=True)
         if legs is None or not all(
             get_embedder(leg.embedder).embeds_ahead for leg in legs if leg.lexical is None

@@ -14,6 +14,7 @@ from psycopg.pq import TransactionStatus
 
 from ..conf import knowledge_settings
 from ..statements import (
+    SEPARATOR,
     Answer,
     Arrival,
     Part,
@@ -62,9 +63,6 @@ def configure_search(cursor: Any) -> None:
 Statement = tuple[str, Any]
 #: How a search begins its own transaction: the isolation level rides on the BEGIN itself.
 BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
-#: Between the statements of one query string, on a line of its own: a statement that ends
-#: in a `--` comment cannot swallow it.
-SEPARATOR = "\n;\n"
 
 
 class SearchTransaction:
