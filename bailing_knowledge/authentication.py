@@ -11,7 +11,7 @@ identity (the view validating the request's body) can run while that statement d
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -44,7 +44,7 @@ def work_while_authenticating(request: Request, work: Callable[[], None]) -> Non
 
 
 def send_behind_authentication(
-    request: Request, statements: Callable[[Any, str], list[str] | None]
+    request: Request, statements: Callable[[Any, str], Iterable[list[str]] | None]
 ) -> None:
     """Have `statements(cursor, token_hash)` called once authentication's statement on a
     route is sent, and the statements it returns sent right behind it, for the view to
@@ -104,7 +104,7 @@ class AgentBearerAuthentication(BaseAuthentication):
         token: str,
         route_key: str | None = None,
         meanwhile: Callable[[], None] | None = None,
-        behind: Callable[[Any, str], list[str] | None] | None = None,
+        behind: Callable[[Any, str], Iterable[list[str]] | None] | None = None,
     ) -> tuple[AgentUser, AgentSession]:
         """Return the token's live session; with `route_key`, check that route in passing.
 
@@ -146,8 +146,8 @@ class AgentBearerAuthentication(BaseAuthentication):
 
 
 def _behind(
-    statements: Callable[[Any, str], list[str] | None], token_hash: str, cursor: Any
-) -> list[str] | None:
+    statements: Callable[[Any, str], Iterable[list[str]] | None], token_hash: str, cursor: Any
+) -> Iterable[list[str]] | None:
     return statements(cursor, token_hash)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.db import connection
@@ -34,8 +34,9 @@ Arrival = Callable[[int, Answer], None]
 #: Called with a statement's place and a batch of its rows, as they arrive (`run_each`).
 Part = Callable[[int, list[tuple[Any, ...]]], None]
 #: Called with the cursor once a first statement is sent: the statements to send behind
-#: it, each one statement with its values in place, or None (`first_row`).
-Follow = Callable[[Any], "list[str] | None"]
+#: it, each one statement with its values in place, in groups that each leave as soon as
+#: they are composed, or None (`first_row`).
+Follow = Callable[[Any], "Iterable[list[str]] | None"]
 
 #: Between the statements of one query string, on a line of its own: a statement that ends
 #: in a `--` comment cannot swallow it.
@@ -116,10 +117,11 @@ def first_row(
     `follow` is called with `cursor` once the statement is sent, before `meanwhile`; the
     statements it returns (each one statement, values in place) are sent right behind it,
     in libpq's pipeline mode after a sync, so in a transaction of their own, and left
-    pending on the connection (`claim`) once its answer is read. It must not use the
-    connection. Only where nothing else may be running there: parameters bound on the
-    client, autocommit, no transaction, nothing pending already; elsewhere it is not
-    called."""
+    pending on the connection (`claim`) once its answer is read. They come in groups, each
+    sent as soon as it is composed: the server starts on the first while the next ones are
+    (a generator's work between its groups). It must not use the connection. Only where
+    nothing else may be running there: parameters bound on the client, autocommit, no
+    transaction, nothing pending already; elsewhere it is not called."""
     db = connection_of(cursor)
     raw = getattr(cursor, "cursor", cursor)
     hurried = meanwhile is not None or follow is not None
@@ -246,14 +248,21 @@ def _first_in_pipeline(
     sent: list[str] = []
 
     def send_followers() -> None:
-        followers = follow(cursor) or []
-        if followers:
-            with conn.lock:
-                for statement in followers:
-                    pgconn.send_query_params(statement.encode(reader.encoding), None)
-                pgconn.pipeline_sync()
-                sent.extend(followers)
-                conn.wait(generators.send(pgconn))
+        # Each group leaves as soon as it is composed: the server starts on it while the
+        # next one is. A sync ends what was sent, however composing ends.
+        try:
+            for group in follow(cursor) or ():
+                if group:
+                    with conn.lock:
+                        sent.extend(group)
+                        for statement in group:
+                            pgconn.send_query_params(statement.encode(reader.encoding), None)
+                        conn.wait(generators.send(pgconn))
+        finally:
+            if sent:
+                with conn.lock:
+                    pgconn.pipeline_sync()
+                    conn.wait(generators.send(pgconn))
 
     reader.attempt(send_followers)
     if meanwhile is not None:

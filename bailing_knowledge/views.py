@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.core.cache import caches
@@ -147,9 +148,9 @@ class AgentAPIView(APIView):
     #: Whether the view has statements sent behind authentication's (`early`).
     sends_early = False
 
-    def early(self, request: Request, cursor: Any, token_hash: str) -> list[str] | None:
+    def early(self, request: Request, cursor: Any, token_hash: str) -> Iterable[list[str]] | None:
         """Statements to send right behind authentication's, before the token is known,
-        for the handler to claim (`send_behind_authentication`); None: none."""
+        for the handler to claim (`send_behind_authentication`), in groups; None: none."""
         return None
 
     def body(self, request: Request) -> Any:
@@ -227,7 +228,7 @@ class SearchView(AgentAPIView):
     body_serializer = SearchRequestSerializer
     sends_early = True
 
-    def early(self, request: Request, cursor: Any, token_hash: str) -> list[str] | None:
+    def early(self, request: Request, cursor: Any, token_hash: str) -> Iterator[list[str]] | None:
         """The opening statements of the search the body asks for, composed from what the
         token last searched on this route (`services.search.early_search`): the server
         runs them while the token is checked and the body validated, and the search uses
@@ -250,11 +251,7 @@ class SearchView(AgentAPIView):
         if not isinstance(query, str) or not isinstance(route_key, str):
             return None
         self._early_key = (token_hash, route_key)
-        try:
-            return early_search(cursor, token_hash, route_key, query)
-        except Exception:  # the search itself meets it again, and answers for it
-            logger.warning("Could not compose a search's opening statements", exc_info=True)
-            return None
+        return _quietly(lambda: early_search(cursor, token_hash, route_key, query))
 
     @document(
         operation_id="knowledge_search",
@@ -350,6 +347,15 @@ class CompleteRunView(AgentAPIView):
     def post(self, request: Request, run_id: str) -> Response:
         data = _plain(self.body(request))
         return Response(complete_run(request.auth, run_id, data))
+
+
+def _quietly(groups: Callable[[], Iterable[list[str]] | None]) -> Iterator[list[str]]:
+    """The groups of statements `groups()` composes, up to an error, which ends them: the
+    search itself meets it again and answers for it (what was sent is then discarded)."""
+    try:
+        yield from groups() or ()
+    except Exception:
+        logger.warning("Could not compose a search's opening statements", exc_info=True)
 
 
 def _discard_unclaimed() -> None:

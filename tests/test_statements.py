@@ -199,7 +199,7 @@ def _behind(followers, *, meanwhile=None):
 
     def follow(cursor):
         given.append(cursor)
-        return followers
+        return [followers]
 
     with connection.cursor() as cursor:
         row = statements.first_row(cursor, "SELECT %s", [7], meanwhile=meanwhile, follow=follow)
@@ -224,6 +224,58 @@ def test_statements_sent_behind_a_first_one_wait_for_the_caller_that_claims_them
         cursor.execute("ROLLBACK")
         cursor.execute("SELECT 8")
         assert cursor.fetchone() == (8,)
+
+
+def _running(pid):
+    """The statement the server process `pid` runs, seen from a connection of its own."""
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+        row = other.execute(
+            "SELECT query FROM pg_stat_activity WHERE pid = %s AND state = 'active'", [pid]
+        ).fetchone()
+    return row[0] if row else None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_group_behind_leaves_as_soon_as_it_is_composed():
+    """The server runs the first group while the next one is still being composed."""
+    seen = []
+
+    def follow(cursor):
+        yield ["BEGIN", "SELECT pg_sleep(0.5)"]
+        pid = cursor.connection.info.backend_pid
+        for _ in range(400):  # the first group runs by now, or it never left
+            if (running := _running(pid)) == "SELECT pg_sleep(0.5)":
+                break
+            time.sleep(0.005)
+        seen.append(running)
+        yield []  # nothing in a group: nothing sent
+        yield ["SELECT 'two'"]
+
+    with connection.cursor() as cursor:
+        assert statements.first_row(cursor, "SELECT 7", None, follow=follow) == (7,)
+        assert seen == ["SELECT pg_sleep(0.5)"]
+        sent = ["BEGIN", "SELECT pg_sleep(0.5)", "SELECT 'two'"]
+        assert statements.pending_statements(connection) == tuple(sent)
+        answers = []
+        pending = statements.claim(connection, sent)
+        statements.read_claimed(cursor, pending, lambda place, a: answers.append(a))
+        assert answers == [None, [("",)], [("two",)]]
+        cursor.execute("ROLLBACK")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_error_between_groups_drops_what_was_sent_and_is_raised():
+    def follow(cursor):
+        yield ["BEGIN", "CREATE TEMPORARY TABLE behind (x int)"]
+        raise ValueError("cannot compose the rest")
+
+    with connection.cursor() as cursor:
+        with pytest.raises(ValueError, match="the rest"):
+            statements.first_row(cursor, "SELECT 1", None, follow=follow)
+        assert statements.pending_statements(connection) is None
+        assert _status() == TransactionStatus.IDLE
+        cursor.execute("SELECT to_regclass('pg_temp.behind')")
+        assert cursor.fetchone() == (None,)  # rolled back
 
 
 @pytest.mark.django_db(transaction=True)
@@ -256,7 +308,7 @@ def test_a_failing_first_statement_leaves_nothing_behind():
     with connection.cursor() as cursor:
         with pytest.raises(DatabaseError, match="division by zero"):
             statements.first_row(
-                cursor, "SELECT 1 / %s", [0], follow=lambda c: ["BEGIN", "SELECT 1"]
+                cursor, "SELECT 1 / %s", [0], follow=lambda c: [["BEGIN", "SELECT 1"]]
             )
         assert statements.pending_statements(connection) is None
         assert _status() == TransactionStatus.IDLE

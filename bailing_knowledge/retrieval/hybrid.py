@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,11 +218,13 @@ class HybridSearch:
         """Whether its lexical legs leave their document checks to the fetch (`run`)."""
         return self.use_lexical and _defers(key)
 
-    def early_statements(self, cursor: Any) -> list[str] | None:
+    def early_statements(self, cursor: Any) -> Iterator[list[str]] | None:
         """The statements this search would send first, as it would send them, for sending
-        ahead of it (`session.early_parts`); None where its legs would not all open (an
-        unsupported language, a failing embedder), which `run` reports, and where an
-        embedder does not embed queries ahead (`BaseEmbedder.embeds_ahead`)."""
+        ahead of it (`session.early_parts`), in groups each ready to leave as soon as it
+        is composed: the vector leg's first, so that the server runs it while the lexical
+        legs' are composed. None where its legs would not all open (an unsupported
+        language), which `run` reports, and where an embedder does not embed queries ahead
+        (`BaseEmbedder.embeds_ahead`); a failing embedder ends the groups early."""
         if not self.kbs:
             return None
         deferred = self._defers(_hidden_key(self.kbs, self.visibility))
@@ -231,11 +233,18 @@ class HybridSearch:
             get_embedder(leg.embedder).embeds_ahead for leg in legs if leg.lexical is None
         ):
             return None  # its query would be embedded twice, the first time before the token
+        return self._early_groups(cursor, legs)
+
+    def _early_groups(self, cursor: Any, legs: list[_Leg]) -> Iterator[list[str]]:
+        plan = _Opening([configure_statement()])
+        composed = 0
         try:
-            opening = self._opening(legs, list(range(len(legs))), quiet=True)
+            for _ in self._composing(plan, legs, list(range(len(legs))), True):
+                yield early_parts(cursor, plan.statements[composed:], first=not composed)
+                composed = len(plan.statements)
         except EmbedderError:
-            return None
-        return early_parts(cursor, opening.statements)
+            return  # what was sent is not what the search sends: it is discarded
+        yield early_parts(cursor, plan.statements[composed:], first=not composed)
 
     def _legs(self, deferred: bool, *, quiet: bool = False) -> list[_Leg] | None:
         """The legs to run (None, when `quiet`, where a language is not supported)."""
@@ -309,7 +318,7 @@ class HybridSearch:
         a statement timed out, which fails its leg and aborts the transaction.
 
         The opening statements travel together, in one round trip: the transaction's
-        settings, every lexical leg's term statistics, the first vector leg, and last each
+        settings, the first vector leg, every lexical leg's term statistics, and last each
         lexical leg's first round when the process can plan it (`LexicalLeg.opening`): the
         server sends a query string's answers together at its end, but the rows of its last
         statement as it finds them, so they are scored while it reads on. An embedder
@@ -363,26 +372,26 @@ class HybridSearch:
 
     def _opening(self, legs: list[_Leg], pending: list[int], *, quiet: bool = False) -> _Opening:
         """The opening statements of the `pending` legs (`_run_legs`): the transaction's
-        settings, every lexical leg's term statistics, the first vector leg whose embedder
-        answers (the others failing their legs; raising `EmbedderError` instead when
-        `quiet`), then each lexical leg's first round."""
+        settings, the first vector leg whose embedder answers (the others failing their
+        legs; raising `EmbedderError` instead when `quiet`), every lexical leg's term
+        statistics, then each lexical leg's first round."""
         plan = _Opening([configure_statement()])
+        for _ in self._composing(plan, legs, pending, quiet):
+            pass
+        return plan
+
+    def _composing(
+        self, plan: _Opening, legs: list[_Leg], pending: list[int], quiet: bool
+    ) -> Iterator[None]:
+        """Add the opening statements to `plan` (`_opening`), pausing once the vector leg's
+        is in: what comes before can leave for the server while the rest is composed
+        (`early_statements`), and the server runs the vector leg meanwhile."""
 
         def add(index: int, own: int, statement: Statement) -> None:
             plan.answer_of.setdefault(index, len(plan.statements))
             plan.owner[len(plan.statements)] = (index, own)
             plan.statements.append(statement)
 
-        rounds: list[tuple[int, int, Statement]] = []
-        for index in pending:
-            lexical = legs[index].lexical
-            if lexical is None:
-                continue
-            for own, statement in enumerate(lexical.opening(self.candidates)):
-                if own:
-                    rounds.append((index, own, statement))
-                else:
-                    add(index, own, statement)
         for index in [i for i in pending if legs[i].lexical is None]:
             try:
                 statement = self._vector_statement(legs[index])
@@ -394,9 +403,19 @@ class HybridSearch:
             plan.first_vector = index
             add(index, 0, statement)
             break
+        yield
+        rounds: list[tuple[int, int, Statement]] = []
+        for index in pending:
+            lexical = legs[index].lexical
+            if lexical is None:
+                continue
+            for own, statement in enumerate(lexical.opening(self.candidates)):
+                if own:
+                    rounds.append((index, own, statement))
+                else:
+                    add(index, own, statement)
         for index, own, statement in rounds:
             add(index, own, statement)
-        return plan
 
     def _done(
         self,

@@ -193,13 +193,15 @@ class SearchTransaction:
                 raise
 
 
-def early_parts(cursor: Any, statements: Sequence[Statement]) -> list[str]:
-    """`statements` as a search in a transaction of its own sends them first, each apart:
-    what may be sent ahead of the search (`statements.first_row`'s `follow`), and is used
-    only if the search, once it runs, would send exactly these (`SearchTransaction.run`)."""
-    return SearchTransaction(batches=True, own=True, db=connection_of(cursor)).parts(
+def early_parts(cursor: Any, statements: Sequence[Statement], *, first: bool = True) -> list[str]:
+    """`statements` as a search in a transaction of its own sends them first (after its
+    BEGIN, unless not `first`: more of them), each apart: what may be sent ahead of the
+    search (`statements.first_row`'s `follow`), and is used only if the search, once it
+    runs, would send exactly these (`SearchTransaction.run`)."""
+    parts = SearchTransaction(batches=True, own=True, db=connection_of(cursor)).parts(
         cursor, statements, last=False
     )
+    return parts if first else parts[1:]
 
 
 @contextmanager

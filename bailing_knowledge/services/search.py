@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,9 +79,12 @@ EARLY_MEMORY_SIZE = 4096
 _searched: dict[tuple[str, str], tuple[list[KnowledgeBase], Visibility]] = {}
 
 
-def early_search(cursor: Any, token_hash: str, route_key: str, query: str) -> list[str] | None:
+def early_search(
+    cursor: Any, token_hash: str, route_key: str, query: str
+) -> Iterator[list[str]] | None:
     """The opening statements of a search for `query`, composed before the token is checked
-    from what its last search on the route searched, to be sent right behind the check.
+    from what its last search on the route searched, to be sent right behind the check (in
+    groups, as they are composed: `HybridSearch.early_statements`).
 
     The search claims them only if it would send exactly these once the token, the route
     and the body have passed (`SearchTransaction.run`): the same knowledge bases, the same

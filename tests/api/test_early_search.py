@@ -220,3 +220,40 @@ def test_search_send_ahead_off_sends_nothing_ahead(agent, documents, claimed, se
     assert _hints(agent.post(URL, QUERY)) == first
     assert claimed == []
     _nothing_left_behind()
+
+
+def test_composing_that_fails_after_the_vector_leg_left_still_answers(
+    agent, documents, claimed, monkeypatch, caplog
+):
+    """The vector leg's group leaves before the lexical legs' are composed: an error
+    composing those ends what is sent ahead (discarded), and the search itself answers."""
+    from bailing_knowledge.retrieval.lexical import LexicalLeg
+
+    expected = _hints(agent.post(URL, QUERY))
+    opening = LexicalLeg.opening
+    calls = []
+
+    def fails_once(self, limit):
+        calls.append(limit)
+        if len(calls) == 1:
+            raise RuntimeError("cannot compose")
+        return opening(self, limit)
+
+    monkeypatch.setattr(LexicalLeg, "opening", fails_once)
+    sent = []
+    first_in_pipeline = statements._first_in_pipeline
+
+    def spy(cursor, text, meanwhile, follow):
+        def groups(cursor):
+            for group in follow(cursor) or ():
+                sent.append(group)
+                yield group
+
+        return first_in_pipeline(cursor, text, meanwhile, groups)
+
+    monkeypatch.setattr(statements, "_first_in_pipeline", spy)
+    assert _hints(agent.post(URL, QUERY)) == expected
+    assert len(sent) == 1 and sent[0][-1].startswith("/* bk:vector */")  # the vector leg left
+    assert claimed == [] and len(calls) == 2
+    assert "Could not compose a search's opening statements" in caplog.text
+    _nothing_left_behind()
