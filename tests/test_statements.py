@@ -407,3 +407,49 @@ def test_a_statement_behind_that_times_out_is_raised_as_djangos_with_its_cause()
         assert isinstance(raised.value.__cause__, psycopg.errors.QueryCanceled)
         assert answers == [0, 1]
         cursor.execute("ROLLBACK")
+
+
+class _Info:
+    def __init__(self, host, hostaddr=""):
+        self.host = host
+        self._hostaddr = hostaddr
+
+    @property
+    def hostaddr(self):
+        if isinstance(self._hostaddr, Exception):
+            raise self._hostaddr
+        return self._hostaddr
+
+
+class _Conn:
+    def __init__(self, host, hostaddr=""):
+        self.info = _Info(host, hostaddr)
+
+
+@pytest.mark.parametrize(
+    ("host", "hostaddr", "local"),
+    [
+        ("/run/postgresql", "", True),  # a Unix socket's directory
+        ("@pg", "", True),  # an abstract Unix socket
+        ("", "", True),  # libpq's default socket
+        ("localhost", "", True),
+        ("LOCALHOST", "", True),
+        ("localhost", "127.0.0.1", True),
+        ("db.internal", "127.0.1.1", True),  # a name that led back here
+        ("::1", "::1", True),
+        ("127.0.0.1", "", True),
+        ("db.example.com", "10.1.2.3", False),
+        ("10.1.2.3", "", False),
+        ("fe80::1%eth0", "", False),
+        ("db.example.com", "", False),
+        ("db.example.com", psycopg.NotSupportedError("libpq < 12"), False),
+    ],
+)
+def test_a_server_on_this_machine_is_told_from_one_on_another(host, hostaddr, local):
+    assert statements.server_is_local(_Conn(host, hostaddr)) is local
+
+
+@pytest.mark.django_db
+def test_the_test_server_is_on_this_machine():
+    connection.ensure_connection()
+    assert statements.server_is_local(connection.connection)
