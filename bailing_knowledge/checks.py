@@ -114,8 +114,8 @@ def _integer(low: int, high: int | None = None) -> Callable[[Any], str | None]:
     return check
 
 
-def _boolean_or_none(value: Any) -> str | None:
-    return None if value is None or isinstance(value, bool) else "True, False or None"
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "True or False"
 
 
 def _number(low: float, high: float) -> Callable[[Any], str | None]:
@@ -201,7 +201,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "SEARCH_BM25_B": _any,
     "SEARCH_LEXICAL_READ_BUDGET": _integer(1, _PG_INT_MAX),
     "SEARCH_LEXICAL_PRUNING": _number(1.0, 10.0),
-    "SEARCH_SEND_AHEAD": _boolean_or_none,
+    "SEARCH_SEND_AHEAD": _boolean,
     "SEARCH_STATEMENT_TIMEOUT_MS": _integer(0, _PG_INT_MAX),
     "MAX_BODY_BYTES": _integer(1),
     "MAX_JSON_DEPTH": _integer(1),

@@ -56,10 +56,9 @@ DEFAULTS: dict[str, Any] = {
     "SEARCH_LEXICAL_PRUNING": 1.5,
     # A token's next search on a route has its opening statements sent behind the token's
     # check, composed from what its last search there searched, and used only if the checked
-    # search would send exactly them (docs/security.md). None: only where the database
-    # server runs on another machine (not through a Unix socket, a loopback address or
-    # localhost); True: always; False: every search waits for the token.
-    "SEARCH_SEND_AHEAD": None,
+    # search would send exactly them (docs/security.md). False: every search waits for the
+    # token.
+    "SEARCH_SEND_AHEAD": True,
     # Upper bound for one search's SQL, in milliseconds (0 disables it).
     "SEARCH_STATEMENT_TIMEOUT_MS": 2000,
     # Request bodies: the largest accepted, in bytes, and the deepest nesting of arrays and

@@ -17,7 +17,6 @@ logged where Django logs queries.
 from __future__ import annotations
 
 import functools
-import ipaddress
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -524,31 +523,3 @@ def client_binding(db: Any = None) -> bool:
     connection; the default one if None)."""
     factory = getattr((db or connection).connection, "cursor_factory", None)
     return isinstance(factory, type) and issubclass(factory, ClientCursor)
-
-
-#: Host names that always mean this machine (besides Unix socket directories and loopback
-#: addresses).
-_LOCAL_HOSTS = frozenset({"localhost", "localhost.localdomain"})
-
-
-def server_is_local(conn: Any) -> bool:
-    """Whether the server at the end of the driver connection `conn` runs on this machine:
-    reached through a Unix socket, a loopback address or `localhost`.
-
-    Work the process does while such a server runs a statement it just sent competes with
-    that server for the same processors: the kernel runs the server, woken by the socket,
-    where the process runs (docs/performance.md)."""
-    info = conn.info
-    host = info.host or ""
-    if not host or host.startswith(("/", "@")):
-        return True  # a Unix socket's directory (or an abstract one), or libpq's default
-    try:
-        address = info.hostaddr  # the address connected to, whatever name led there
-    except errors.NotSupportedError:  # libpq before 12
-        address = ""
-    for candidate in (address, host):
-        try:
-            return ipaddress.ip_address(candidate.split("%")[0]).is_loopback
-        except ValueError:
-            continue
-    return host.lower() in _LOCAL_HOSTS

@@ -58,7 +58,7 @@ from .services.read import read
 from .services.runs import current_run
 from .services.search import early_search, forget_early_search, search
 from .services.turns import complete_run, start_turn
-from .statements import discard, server_is_local
+from .statements import discard
 from .throttling import ClientRateThrottle, SessionRateThrottle
 
 logger = logging.getLogger("bailing_knowledge")
@@ -235,7 +235,7 @@ class SearchView(AgentAPIView):
         their answers only if it would have sent exactly them. Not for a search within a
         run, whose check comes first."""
         route_key = self.kwargs.get("route")
-        if not _sends_ahead(cursor):
+        if not knowledge_settings.SEARCH_SEND_AHEAD:
             return None
         if request.content_type.split(";")[0].strip().lower() != "application/json":
             return None
@@ -347,18 +347,6 @@ class CompleteRunView(AgentAPIView):
     def post(self, request: Request, run_id: str) -> Response:
         data = _plain(self.body(request))
         return Response(complete_run(request.auth, run_id, data))
-
-
-def _sends_ahead(cursor: Any) -> bool:
-    """`SEARCH_SEND_AHEAD`; None (the default): where the database server runs on another
-    machine. On this one, the server runs the statements sent ahead on the processor this
-    process wants for its checks meanwhile, and the search was slower for it
-    (docs/performance.md)."""
-    ahead = knowledge_settings.SEARCH_SEND_AHEAD
-    if ahead is None:
-        raw = getattr(cursor, "cursor", cursor)
-        return not server_is_local(raw.connection)
-    return bool(ahead)
 
 
 def _quietly(groups: Callable[[], Iterable[list[str]] | None]) -> Iterator[list[str]]:

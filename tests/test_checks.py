@@ -126,7 +126,7 @@ def test_the_removed_common_term_cap_is_a_warning_not_an_error():
         ({"SESSION_DEFAULT_LIFETIME": "8h"}, "integer"),
         ({"SESSION_DEFAULT_LIFETIME": 7200, "SESSION_MAX_LIFETIME": 3600}, "may not exceed"),
         ({"SEARCH_STATEMENT_TIMEOUT_MS": -1}, "from 0 to 2147483647"),
-        ({"SEARCH_SEND_AHEAD": "yes"}, "True, False or None"),
+        ({"SEARCH_SEND_AHEAD": "yes"}, "True or False"),
         ({"SEARCH_STATEMENT_TIMEOUT_MS": 2.5}, "from 0 to 2147483647"),
         # Past PostgreSQL's integer every search would fail with 503, not wait longer.
         ({"SEARCH_STATEMENT_TIMEOUT_MS": 2**31}, "from 0 to 2147483647"),

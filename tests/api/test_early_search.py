@@ -27,13 +27,6 @@ URL = "/workspaces/orders/knowledge/search"
 QUERY = {"query": "how long do refunds take"}
 
 
-@pytest.fixture(autouse=True)
-def remote_database(monkeypatch):
-    """As where the database server runs on another machine: searches send ahead there by
-    default (`SEARCH_SEND_AHEAD` None); the test server runs on this one."""
-    monkeypatch.setattr(views, "server_is_local", lambda conn: False)
-
-
 @pytest.fixture
 def documents(kb):
     upsert_document(kb, "refunds.md", "Refund policy", "Refunds are paid within five days.")
@@ -263,19 +256,4 @@ def test_composing_that_fails_after_the_vector_leg_left_still_answers(
     assert len(sent) == 1 and sent[0][-1].startswith("/* bk:vector */")  # the vector leg left
     assert claimed == [] and len(calls) == 2
     assert "Could not compose a search's opening statements" in caplog.text
-    _nothing_left_behind()
-
-
-def test_by_default_a_database_on_this_machine_gets_nothing_sent_ahead(
-    agent, documents, claimed, monkeypatch, settings
-):
-    """Its server would run what is sent ahead on the processor the checks want meanwhile."""
-    monkeypatch.setattr(views, "server_is_local", statements.server_is_local)
-    assert statements.server_is_local(connection.connection)  # the test server's socket
-    first = _hints(agent.post(URL, QUERY))
-    assert _hints(agent.post(URL, QUERY)) == first
-    assert claimed == []
-    settings.BAILING_KNOWLEDGE = {"SEARCH_SEND_AHEAD": True}
-    assert _hints(agent.post(URL, QUERY)) == first
-    assert claimed == ["BEGIN ISOLATION LEVEL REPEATABLE READ"]
     _nothing_left_behind()
