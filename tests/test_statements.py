@@ -226,35 +226,30 @@ def test_statements_sent_behind_a_first_one_wait_for_the_caller_that_claims_them
         assert cursor.fetchone() == (8,)
 
 
-def _running(pid):
-    """The statement the server process `pid` runs, seen from a connection of its own."""
-    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
-        row = other.execute(
-            "SELECT query FROM pg_stat_activity WHERE pid = %s AND state = 'active'", [pid]
-        ).fetchone()
-    return row[0] if row else None
-
-
 @pytest.mark.django_db(transaction=True)
 def test_each_group_behind_leaves_as_soon_as_it_is_composed():
     """The server runs the first group while the next one is still being composed."""
     seen = []
+    sleep = "SELECT pg_sleep(1)"
+    watch = "SELECT query FROM pg_stat_activity WHERE pid = %s AND state = 'active'"
 
     def follow(cursor):
-        yield ["BEGIN", "SELECT pg_sleep(0.5)"]
+        yield ["BEGIN", sleep]
         pid = cursor.connection.info.backend_pid
-        for _ in range(400):  # the first group runs by now, or it never left
-            if (running := _running(pid)) == "SELECT pg_sleep(0.5)":
-                break
-            time.sleep(0.005)
-        seen.append(running)
+        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+            for _ in range(400):  # the first group runs by now, or it never left
+                row = other.execute(watch, [pid]).fetchone()
+                if row == (sleep,):
+                    break
+                time.sleep(0.002)
+        seen.append(row)
         yield []  # nothing in a group: nothing sent
         yield ["SELECT 'two'"]
 
     with connection.cursor() as cursor:
         assert statements.first_row(cursor, "SELECT 7", None, follow=follow) == (7,)
-        assert seen == ["SELECT pg_sleep(0.5)"]
-        sent = ["BEGIN", "SELECT pg_sleep(0.5)", "SELECT 'two'"]
+        assert seen == [(sleep,)]
+        sent = ["BEGIN", sleep, "SELECT 'two'"]
         assert statements.pending_statements(connection) == tuple(sent)
         answers = []
         pending = statements.claim(connection, sent)
