@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -44,6 +45,7 @@ SEPARATOR = "\n;\n"
 
 # Where Django's debug cursor logs each statement.
 _backends_log = logging.getLogger("django.db.backends")
+logger = logging.getLogger("bailing_knowledge")
 
 
 def answer_rows(cursor: Any) -> list[tuple[Any, ...]] | None:
@@ -253,11 +255,15 @@ def _first_in_pipeline(
         try:
             for group in follow(cursor) or ():
                 if group:
+                    first = not sent
                     with conn.lock:
                         sent.extend(group)
                         for statement in group:
                             pgconn.send_query_params(statement.encode(reader.encoding), None)
+                        started = time.perf_counter()
                         conn.wait(generators.send(pgconn))
+                    if first:
+                        _overlap.note(time.perf_counter() - started)
         finally:
             if sent:
                 with conn.lock:
@@ -284,6 +290,49 @@ def _first_in_pipeline(
         setattr(db, _PENDING, pending)
         db.execute_wrappers.append(pending)
     return reader.first_row
+
+
+#: Sending statements ahead pays only where the server runs them while this process goes
+#: on with its own work. Where the server runs on this machine and the processors are busy,
+#: the kernel runs the server, woken by the write, on this process's processor instead, and
+#: the write takes the process off it until the server is done: a write that long, where it
+#: takes microseconds otherwise (docs/performance.md). Past `AHEAD_STALLS` such first writes
+#: among the last `AHEAD_WINDOW`, sending ahead pauses for `AHEAD_PAUSE_SECONDS`.
+AHEAD_STALLED_SECONDS = 0.0005
+AHEAD_WINDOW = 8
+AHEAD_STALLS = 4
+AHEAD_PAUSE_SECONDS = 10.0
+
+
+class _Overlap:
+    """What the first writes of statements sent ahead say of this process's processors."""
+
+    def __init__(self) -> None:
+        self.recent: deque[bool] = deque(maxlen=AHEAD_WINDOW)
+        self.paused_until = 0.0
+
+    def note(self, seconds: float) -> None:
+        self.recent.append(seconds >= AHEAD_STALLED_SECONDS)
+        if sum(self.recent) >= AHEAD_STALLS:
+            self.recent.clear()
+            self.paused_until = time.monotonic() + AHEAD_PAUSE_SECONDS
+            logger.info(
+                "Statements sent ahead kept the database server on this process's processor: "
+                "not sending ahead for %s s",
+                AHEAD_PAUSE_SECONDS,
+            )
+
+    def pays(self) -> bool:
+        return time.monotonic() >= self.paused_until
+
+
+_overlap = _Overlap()
+
+
+def sending_ahead_pays() -> bool:
+    """Whether to send statements behind a first one (`first_row`'s `follow`) now: not for
+    a while after most of the last ones stalled this process as they left (`_Overlap`)."""
+    return _overlap.pays()
 
 
 def _keep_nothing(place: int, answer: Answer) -> None:

@@ -58,7 +58,7 @@ from .services.read import read
 from .services.runs import current_run
 from .services.search import early_search, forget_early_search, search
 from .services.turns import complete_run, start_turn
-from .statements import discard
+from .statements import discard, sending_ahead_pays
 from .throttling import ClientRateThrottle, SessionRateThrottle
 
 logger = logging.getLogger("bailing_knowledge")
@@ -235,7 +235,7 @@ class SearchView(AgentAPIView):
         their answers only if it would have sent exactly them. Not for a search within a
         run, whose check comes first."""
         route_key = self.kwargs.get("route")
-        if not knowledge_settings.SEARCH_SEND_AHEAD:
+        if not knowledge_settings.SEARCH_SEND_AHEAD or not sending_ahead_pays():
             return None
         if request.content_type.split(";")[0].strip().lower() != "application/json":
             return None

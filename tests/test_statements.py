@@ -402,3 +402,33 @@ def test_a_statement_behind_that_times_out_is_raised_as_djangos_with_its_cause()
         assert isinstance(raised.value.__cause__, psycopg.errors.QueryCanceled)
         assert answers == [0, 1]
         cursor.execute("ROLLBACK")
+
+
+def test_most_of_the_last_writes_stalling_pause_sending_ahead(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(statements.time, "monotonic", lambda: clock[0])
+    overlap = statements._Overlap()
+    quick, stalled = 0.00001, statements.AHEAD_STALLED_SECONDS
+    for _ in range(statements.AHEAD_WINDOW * 4):
+        overlap.note(quick)
+    assert overlap.pays()  # writes that take microseconds never pause it
+    for _ in range(statements.AHEAD_STALLS - 1):
+        overlap.note(stalled)
+        overlap.note(quick)
+    assert overlap.pays()  # fewer than AHEAD_STALLS of the last AHEAD_WINDOW
+    overlap.note(stalled)
+    assert not overlap.pays() and not overlap.recent
+    clock[0] += statements.AHEAD_PAUSE_SECONDS - 0.001
+    assert not overlap.pays()
+    clock[0] += 0.001
+    assert overlap.pays()
+
+
+def test_old_stalls_leave_the_window():
+    overlap = statements._Overlap()
+    for _ in range(statements.AHEAD_STALLS - 1):
+        overlap.note(statements.AHEAD_STALLED_SECONDS)
+    for _ in range(statements.AHEAD_WINDOW):
+        overlap.note(0.0)
+    overlap.note(statements.AHEAD_STALLED_SECONDS)
+    assert overlap.pays()

@@ -4,6 +4,7 @@ have sent it, and never left behind on the connection."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from django.core.cache import cache
@@ -25,6 +26,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 URL = "/workspaces/orders/knowledge/search"
 QUERY = {"query": "how long do refunds take"}
+
+
+@pytest.fixture(autouse=True)
+def overlapping(monkeypatch):
+    """Every write of statements sent ahead counts as overlapping the process's own work,
+    however slow the machine running the tests: none pauses sending ahead."""
+    monkeypatch.setattr(statements, "_overlap", statements._Overlap())
+    monkeypatch.setattr(statements, "AHEAD_STALLED_SECONDS", float("inf"))
 
 
 @pytest.fixture
@@ -257,3 +266,25 @@ def test_composing_that_fails_after_the_vector_leg_left_still_answers(
     assert claimed == [] and len(calls) == 2
     assert "Could not compose a search's opening statements" in caplog.text
     _nothing_left_behind()
+
+
+def test_searches_stop_sending_ahead_for_a_while_when_the_writes_stall(
+    agent, documents, claimed, monkeypatch
+):
+    """A write of the first statements sent ahead that takes the process off its processor
+    means the server runs them in its place: past `AHEAD_STALLS` of the last
+    `AHEAD_WINDOW`, searches wait for the token for `AHEAD_PAUSE_SECONDS`."""
+    monkeypatch.setattr(statements, "AHEAD_STALLED_SECONDS", 0.0)  # every write stalls
+    expected = _hints(agent.post(URL, QUERY))
+    for _ in range(statements.AHEAD_STALLS):
+        assert _hints(agent.post(URL, QUERY)) == expected
+    assert len(claimed) == statements.AHEAD_STALLS
+    assert not statements.sending_ahead_pays()
+    assert _hints(agent.post(URL, QUERY)) == expected
+    assert len(claimed) == statements.AHEAD_STALLS  # paused: nothing sent ahead
+    _nothing_left_behind()
+    now = time.monotonic() + statements.AHEAD_PAUSE_SECONDS
+    monkeypatch.setattr(statements.time, "monotonic", lambda: now)
+    assert statements.sending_ahead_pays()
+    assert _hints(agent.post(URL, QUERY)) == expected
+    assert len(claimed) == statements.AHEAD_STALLS + 1  # sending ahead again
