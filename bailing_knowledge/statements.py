@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -295,9 +296,9 @@ def _first_in_pipeline(
 #: Sending statements ahead pays only where the server runs them while this process goes
 #: on with its own work. Where the server runs on this machine and the processors are busy,
 #: the kernel runs the server, woken by the write, on this process's processor instead, and
-#: the write takes the process off it until the server is done: a write that long, where it
-#: takes microseconds otherwise (docs/performance.md). Past `AHEAD_STALLS` such first writes
-#: among the last `AHEAD_WINDOW`, sending ahead pauses for `AHEAD_PAUSE_SECONDS`.
+#: the write keeps the process off it until the server is done: milliseconds, where the
+#: write takes microseconds otherwise (docs/performance.md). Past `AHEAD_STALLS` such first
+#: writes among the last `AHEAD_WINDOW`, sending ahead pauses for `AHEAD_PAUSE_SECONDS`.
 AHEAD_STALLED_SECONDS = 0.0005
 AHEAD_WINDOW = 8
 AHEAD_STALLS = 4
@@ -310,17 +311,22 @@ class _Overlap:
     def __init__(self) -> None:
         self.recent: deque[bool] = deque(maxlen=AHEAD_WINDOW)
         self.paused_until = 0.0
+        # Threads of one process note theirs: counting the window while another appends
+        # would raise.
+        self._lock = threading.Lock()
 
     def note(self, seconds: float) -> None:
-        self.recent.append(seconds >= AHEAD_STALLED_SECONDS)
-        if sum(self.recent) >= AHEAD_STALLS:
+        with self._lock:
+            self.recent.append(seconds >= AHEAD_STALLED_SECONDS)
+            if sum(self.recent) < AHEAD_STALLS:
+                return
             self.recent.clear()
             self.paused_until = time.monotonic() + AHEAD_PAUSE_SECONDS
-            logger.info(
-                "Statements sent ahead kept the database server on this process's processor: "
-                "not sending ahead for %s s",
-                AHEAD_PAUSE_SECONDS,
-            )
+        logger.info(
+            "Statements sent ahead kept the database server on this process's processor: "
+            "not sending ahead for %s s",
+            AHEAD_PAUSE_SECONDS,
+        )
 
     def pays(self) -> bool:
         return time.monotonic() >= self.paused_until

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -432,3 +433,22 @@ def test_old_stalls_leave_the_window():
         overlap.note(0.0)
     overlap.note(statements.AHEAD_STALLED_SECONDS)
     assert overlap.pays()
+
+
+def test_threads_note_their_writes_at_once():
+    overlap = statements._Overlap()
+    failures = []
+
+    def note(stalled):
+        try:
+            for n in range(3000):
+                overlap.note(statements.AHEAD_STALLED_SECONDS if stalled and n % 3 else 0.0)
+        except Exception as exc:  # a window counted while another thread appends
+            failures.append(exc)
+
+    threads = [threading.Thread(target=note, args=(i % 2,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == [] and len(overlap.recent) <= statements.AHEAD_WINDOW
